@@ -19,15 +19,25 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import importlib.util
 import json
+import math
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
+import numpy as np
 import torch
+from rank_bm25 import BM25Okapi
+
+class InputError(Exception):
+    """Bad user input: a one-line message naming the file (and line) and the fix; no traceback."""
+
 
 # ----------------------------------------------------------------------------------------------
 # Models
@@ -350,3 +360,565 @@ def add_to_output(module, vector: torch.Tensor):
         yield
     finally:
         handle.remove()
+
+
+# ---------------------------------------------------------------------------------------------
+# Retrieval
+# ---------------------------------------------------------------------------------------------
+
+# Common English function words, in the style of the usual English stop lists. The one-letter and
+# short pieces ("s", "t", "don", "ll", "ve") are what \w+ leaves of contractions such as "don't".
+STOP_WORDS = frozenset("""
+a about above after again against ain all am an and any are aren as at be because been before
+being below between both but by can couldn d did didn do does doesn doing don down during each
+few for from further had hadn has hasn have haven having he her here hers herself him himself his
+how i if in into is isn it its itself just ll m ma me mightn more most mustn my myself needn no
+nor not now o of off on once only or other our ours ourselves out over own re s same shan she
+should shouldn so some such t than that the their theirs them themselves then there these they
+this those through to too under until up ve very was wasn we were weren what when where which
+while who whom why will with won wouldn y you your yours yourself yourselves
+""".split())
+
+_WORD = re.compile(r"\w+")
+
+
+def tokenize(text):
+    """Lower-cased word tokens (regex \\w+) with English stop words removed."""
+    return [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
+
+
+def load_corpus(path):
+    """Read a passage corpus into a list of {"id", "title", "text"}, in file order.
+
+    Formats, told apart by the extension (.tsv) or by the keys of the first JSON line:
+    - DPR `psgs_w100.tsv`: tab-separated id, text, title with a header line; csv quoting.
+    - JSONL {id, title, text} (the demo corpus, and DPR's passages converted to JSONL).
+    - FlashRAG JSONL {id, contents: "\\"Title\\"\\ntext"} (its wiki-18 corpus is DPR's psgs_w100).
+    Everything is held in memory: fine up to a few million passages; for all of Wikipedia use a
+    search server behind the same `search(query, k)` interface (see BM25).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path} not found; pass --corpus with an existing file or 'contexts'")
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        if path.suffix.lower() == ".tsv":
+            passages = _read_dpr_tsv(f, path)
+        else:
+            passages = _read_jsonl_corpus(f, path)
+    if not passages:
+        raise InputError(f"{path} holds no passages; pass --corpus with a non-empty corpus file")
+    return passages
+
+
+def _read_dpr_tsv(f, path):
+    passages = []
+    reader = csv.reader(f, delimiter="\t")  # DPR quotes texts that hold quotes: "a ""b"" c"
+    for row in reader:
+        if not row or (reader.line_num == 1 and row[0] == "id"):
+            continue
+        if len(row) != 3:
+            raise InputError(f"{path}:{reader.line_num}: expected 3 tab-separated columns "
+                             f"(id, text, title), got {len(row)}; fix or remove that line")
+        pid, text, title = row
+        passages.append({"id": pid, "title": title, "text": text})
+    return passages
+
+
+def _read_jsonl_corpus(f, path):
+    passages, flashrag = [], None
+    for lineno, row in _jsonl_rows(f, path):
+        if flashrag is None:  # the first line decides the format of the file
+            if "contents" not in row and "text" not in row:
+                raise InputError(f"{path}:{lineno}: unrecognised corpus format (keys "
+                                 f"{sorted(row)}); "
+                                 "expected JSONL {id, title, text}, FlashRAG JSONL {id, contents} "
+                                 "or DPR psgs_w100.tsv (id, text, title)")
+            flashrag = "contents" in row
+        try:
+            if flashrag:
+                title, _, text = row["contents"].partition("\n")
+                title = title.strip()
+                if len(title) >= 2 and title[0] == title[-1] == '"':
+                    title = title[1:-1]  # subtle: strip one pair only; titles may hold quotes
+            else:
+                title, text = row.get("title", ""), row["text"]
+        except (KeyError, AttributeError) as e:
+            raise InputError(f"{path}:{lineno}: passage lacks field {e} used by the first line; "
+                             "fix or remove that line") from None
+        passages.append({"id": str(row.get("id", len(passages))), "title": title, "text": text})
+    return passages
+
+
+def contexts_corpus(records):
+    """The corpus pooled from the questions' own context paragraphs (HotpotQA / 2Wiki distractor
+    setting), deduplicated on (title, text) in first-seen order, with ids "ctx-0", "ctx-1", ..."""
+    pooled = {}
+    for record in records:
+        for c in record.get("contexts", []):
+            key = (c["title"], c["text"])
+            if key not in pooled:
+                pooled[key] = {"id": f"ctx-{len(pooled)}", "title": c["title"], "text": c["text"]}
+    return list(pooled.values())
+
+
+class _LuceneIdfBM25(BM25Okapi):
+    """rank_bm25's Okapi BM25 with Lucene's (Elasticsearch's) IDF: log(1 + (N-n+0.5) / (n+0.5)).
+
+    subtle: rank_bm25's own IDF is log((N - n + 0.5) / (n + 0.5)); it is 0 for a term in exactly
+    half of the passages and negative above that, where rank_bm25 floors it to 0.25 x the mean IDF.
+    So a term in 3 of 4 passages can outweigh one in 2 of 4, and on a 2-passage corpus a query
+    word found in one passage scores 0. Lucene's IDF is positive and falls with n everywhere.
+    The term-frequency part of rank_bm25 already has Lucene's form (up to a constant (k1 + 1)
+    factor, which does not change the ranking), so rankings match Elasticsearch's BM25 up to
+    tokenization and Lucene's lossy one-byte encoding of passage lengths.
+    """
+
+    def _calc_idf(self, nd):
+        n = self.corpus_size
+        self.idf = {w: math.log(1 + (n - df + 0.5) / (df + 0.5)) for w, df in nd.items()}
+
+
+class BM25:
+    """BM25 over passages indexed as title + " " + text with `tokenize`.
+
+    k1=1.2, b=0.75 are Elasticsearch's defaults, which the papers used through an Elasticsearch
+    index of Wikipedia; the IDF is Lucene's too (see _LuceneIdfBM25). Method files only call
+    `search(query, k) -> passages`, so a server-backed index (Elasticsearch, Pyserini) with the
+    same method can stand in for this in-memory one without touching them.
+    """
+
+    def __init__(self, passages, k1=1.2, b=0.75):
+        self.passages = list(passages)
+        docs = [tokenize(p["title"] + " " + p["text"]) for p in self.passages]
+        self.index = _LuceneIdfBM25(docs, k1=k1, b=b) if docs else None
+
+    def search(self, query, k):
+        """The top `k` passages for `query`: copies of the passage dicts with an added float
+        "score", best first, ties in corpus order. Only passages sharing a word with the query
+        (score > 0) are returned, so fewer than k may come back; [] for a stop-words-only query."""
+        terms = tokenize(query)
+        if not terms or self.index is None or k <= 0:
+            return []
+        scores = self.index.get_scores(terms)
+        top = np.argsort(-scores, kind="stable")[:k]  # stable sort keeps corpus order on ties
+        return [{**self.passages[i], "score": float(scores[i])} for i in top if scores[i] > 0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Datasets
+# ---------------------------------------------------------------------------------------------
+
+DATA_DIR = Path(__file__).parent / "data"
+DATASETS = {  # demo sets shipped in data/, each in its dataset's native format
+    "hotpotqa": "hotpotqa_demo.json",
+    "2wikimultihopqa": "2wikimultihopqa_demo.json",
+    "nq": "nq_demo.jsonl",
+    "triviaqa": "triviaqa_demo.jsonl",
+    "popqa": "popqa_demo.jsonl",
+    "strategyqa": "strategyqa_demo.json",
+    "truthfulqa": "truthfulqa_demo.json",
+}
+FORMATS = ("HotpotQA official JSON or HF JSONL; 2WikiMultihopQA official JSON; FlashRAG JSONL "
+           "(HotpotQA, 2Wiki, MuSiQue, other QA); IRCoT processed JSONL; IIRC JSON; SQuAD JSON; "
+           "NQ-open JSONL; DPR QA JSON; CtrlA JSONL (PopQA, TriviaQA, FreshQA, bio); "
+           "Rowen JSON (TruthfulQA, StrategyQA, sampled NQ / TriviaQA)")
+# Where the content cannot tell (IRCoT files, FlashRAG files without metadata, plain question +
+# answers lists), the file's name or its folder's name gives the dataset, e.g. IRCoT's
+# processed_data/2wikimultihopqa/dev_subsampled.jsonl or Rowen's sampled_trivia.json.
+_NAME_KINDS = (("2wiki", "2wikimultihopqa"), ("musique", "musique"), ("iirc", "iirc"),
+               ("hotpot", "hotpotqa"), ("trivia", "triviaqa"), ("popqa", "popqa"),
+               ("squad", "squad"))
+
+
+def load_dataset(name_or_path, limit=None):
+    """Load a question set: a name in DATASETS (a demo file in data/) or the path of a data file.
+
+    Every record is {"id": str, "question": str, "answers": [str], "dataset": kind}, plus
+    "contexts": [{"title", "text"}] where the file has paragraphs, plus a few fields a method or
+    metric needs (e.g. "label" for StrategyQA, "incorrect_answers" for TruthfulQA). The format
+    is detected from the file's content (see FORMATS). Ids are the file's own where it has them,
+    else "<kind>-<index>"; repeated ids get "-2", "-3", ... so that every id is unique.
+    """
+    path = _dataset_path(name_or_path)
+    rows = _read_json_rows(path)
+    fmt, kind, parse = _detect_format(rows[0], path)
+    records = []
+    for i, row in enumerate(rows):
+        if limit is not None and len(records) >= limit:
+            break
+        try:
+            records.extend(parse(row, kind))
+        except (KeyError, TypeError, AttributeError, IndexError) as e:
+            raise InputError(f"{path}: record {i + 1} does not follow the {fmt} format of the "
+                             f"first record ({type(e).__name__}: {e}); fix or remove it") from None
+    records = records if limit is None else records[:limit]
+    used = set()
+    for i, r in enumerate(records):
+        base, n = r["id"] or f"{kind}-{i}", 1
+        r["id"] = base
+        while r["id"] in used:
+            n += 1
+            r["id"] = f"{base}-{n}"
+        used.add(r["id"])
+    return records
+
+
+def _dataset_path(name_or_path):
+    if name_or_path in DATASETS:
+        path = DATA_DIR / DATASETS[name_or_path]
+        if not path.is_file():
+            raise InputError(f"{path} not found; restore the project's data/ folder, or pass "
+                             "--dataset with the path of a data file")
+        return path
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise InputError(f"{name_or_path}: no such dataset or file; pass --dataset with one of "
+                         f"{', '.join(DATASETS)} or the path of an existing data file")
+    return path
+
+
+def _read_json_rows(path):
+    """The records of a JSON file (a list, or SQuAD's {"version", "data": [...]}) or JSONL file."""
+    text = path.read_text(encoding="utf-8-sig")
+    if not text.strip():
+        raise InputError(f"{path} is empty; pass a data file with at least one question")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        if text.lstrip().startswith("["):
+            raise InputError(f"{path}:{e.lineno}: malformed JSON ({e.msg}); fix the file or "
+                             "download it again") from None
+        # subtle: split on "\n" only; str.splitlines() also splits on U+2028, valid inside JSON
+        return [row for _, row in _jsonl_rows(text.split("\n"), path)]
+    if isinstance(data, dict):  # a SQuAD file, or a JSONL file with a single line
+        data = data["data"] if "version" in data and "data" in data else [data]
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise InputError(f"{path}: unrecognised format (expected a list of JSON objects or JSONL); "
+                         f"supported: {FORMATS}")
+    if not data:
+        raise InputError(f"{path} holds no records; pass a data file with at least one question")
+    return data
+
+
+def _jsonl_rows(lines, path):
+    """(line number, object) for every non-blank line; InputError naming file:line otherwise."""
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path}:{lineno}: malformed JSON line ({e.msg}); fix or remove "
+                             "that line") from None
+        if not isinstance(row, dict):
+            raise InputError(f"{path}:{lineno}: expected a JSON object on each line; fix or "
+                             "remove that line")
+        yield lineno, row
+
+
+def _detect_format(row, path):
+    """(format name, dataset kind, parser) for a file whose first record is `row`."""
+    keys = set(row)
+    if {"_id", "context"} <= keys and "evidences" in keys:
+        return "2WikiMultihopQA", "2wikimultihopqa", partial(_from_2wiki, aliases=_aliases(path))
+    if {"_id", "context"} <= keys:
+        return "HotpotQA", "hotpotqa", _from_hotpot
+    if "golden_answers" in keys:
+        meta = row.get("metadata") or {}
+        context = meta.get("context") or {}
+        kind = ("hotpotqa" if "sentences" in context else "2wikimultihopqa" if "content" in context
+                else "musique" if "question_decomposition" in meta else _kind_from_name(path, "nq"))
+        return "FlashRAG", kind, _from_flashrag
+    if "answers_objects" in keys:
+        return "IRCoT", _kind_from_name(path, "hotpotqa"), _from_ircot
+    if {"title", "questions"} <= keys:
+        return "IIRC", "iirc", _from_iirc
+    if "paragraphs" in keys:
+        return "SQuAD", "squad", _from_squad
+    if "Best Answer" in keys:
+        return "TruthfulQA", "truthfulqa", _from_truthfulqa
+    if "answer_0" in keys:
+        return "FreshQA", "freshqa", _from_freshqa
+    if {"input", "topic"} <= keys:
+        return "bio", "bio", _from_bio
+    if "question" in keys and isinstance(row.get("context"), dict):
+        return "HotpotQA HF", "hotpotqa", _from_hotpot
+    if "question" in keys and isinstance(row.get("answer"), bool):
+        return "StrategyQA", "strategyqa", _from_strategyqa
+    if "question" in keys and isinstance(row.get("answer"), list):
+        return "NQ-open", "nq", lambda r, kind: [_record(kind, None, r["question"], r["answer"])]
+    if {"question", "answers"} <= keys and keys & {"ctxs", "positive_ctxs"}:
+        return "DPR QA", _kind_from_name(path, "nq"), _from_dpr
+    if {"prop", "s_wiki_title"} & keys and {"question", "answers"} <= keys:
+        return "PopQA", "popqa", _from_qa
+    if {"question", "answers"} <= keys:  # CtrlA's TriviaQA has ids; Rowen's samples have none
+        default = "triviaqa" if "question_id" in keys else "nq"
+        return "question + answers", _kind_from_name(path, default), _from_qa
+    raise InputError(f"{path}: unrecognised format (first record has keys {sorted(keys)[:10]}); "
+                     f"supported: {FORMATS}")
+
+
+def _kind_from_name(path, default):
+    name = "/".join(path.parts[-2:]).lower()  # the folder counts: IRCoT names files dev_subsampled
+    return next((kind for part, kind in _NAME_KINDS if part in name), default)
+
+
+def _record(kind, qid, question, answers, contexts=None, **extra):
+    """One question record; answers become stripped, non-empty, de-duplicated strings."""
+    answers = [answers] if isinstance(answers, str) else answers  # a lone answer, not a list
+    answers = dict.fromkeys(s for s in (str(a).strip() for a in answers if a is not None) if s)
+    record = {"id": None if qid is None else str(qid), "question": str(question).strip(),
+              "answers": list(answers), "dataset": kind}
+    if contexts is not None:
+        record["contexts"] = contexts
+    return {**record, **extra}
+
+
+def _paragraphs(titles, sentence_lists, sep):
+    return [{"title": t, "text": sep.join(s).strip()} for t, s in zip(titles, sentence_lists)]
+
+
+def _pick(row, *keys):
+    return {k: row[k] for k in keys if k in row}
+
+
+def _from_hotpot(row, kind):
+    """HotpotQA official {_id, context: [[title, [sentences]]]} or HF {id, context: {title,
+    sentences}}; official sentences carry their leading space, so they join with ""."""
+    ctx = row["context"]
+    if isinstance(ctx, dict):
+        titles, sentences = ctx["title"], ctx["sentences"]
+    else:
+        titles, sentences = [c[0] for c in ctx], [c[1] for c in ctx]
+    return [_record(kind, row.get("_id", row.get("id")), row["question"], [row["answer"]],
+                    _paragraphs(titles, sentences, ""), **_pick(row, "type", "level"))]
+
+
+def _aliases(path):
+    """Answer aliases from 2WikiMultihopQA's id_aliases.json beside the data file, if any:
+    JSONL {Q_id, aliases, demonyms}, keyed by a record's answer_id. Demonyms are not used."""
+    alias_path = path.parent / "id_aliases.json"
+    if not alias_path.is_file():
+        return {}
+    with open(alias_path, encoding="utf-8-sig") as f:
+        return {r["Q_id"]: r.get("aliases", []) for _, r in _jsonl_rows(f, alias_path)}
+
+
+def _from_2wiki(row, kind, aliases):
+    """2WikiMultihopQA official dev JSON; its sentences have no leading space, so join with " "."""
+    titles, sentences = [c[0] for c in row["context"]], [c[1] for c in row["context"]]
+    answers = [row["answer"]] + aliases.get(row.get("answer_id"), [])
+    return [_record(kind, row["_id"], row["question"], answers, _paragraphs(titles, sentences, " "),
+                    answer=row["answer"], **_pick(row, "type"))]
+
+
+def _from_flashrag(row, kind):
+    """FlashRAG JSONL {id, question, golden_answers, metadata}; golden_answers already hold the
+    aliases. Paragraphs from metadata.context (HotpotQA: sentences; 2Wiki: content) or from the
+    MuSiQue decomposition's support paragraphs (FlashRAG keeps only the supporting ones)."""
+    meta = row.get("metadata") or {}
+    ctx = meta.get("context") or {}
+    contexts = None
+    if "sentences" in ctx:
+        contexts = _paragraphs(ctx["title"], ctx["sentences"], "")
+    elif "content" in ctx:
+        contexts = _paragraphs(ctx["title"], ctx["content"], " ")
+    elif "question_decomposition" in meta:
+        support = [s["support_paragraph"] for s in meta["question_decomposition"]
+                   if "support_paragraph" in s]
+        unique = dict.fromkeys((p["title"], p["paragraph_text"]) for p in support)
+        contexts = [{"title": t, "text": x} for t, x in unique]
+    return [_record(kind, row.get("id"), row["question"], row["golden_answers"], contexts,
+                    **_pick(meta, "type", "level"))]
+
+
+def _from_ircot(row, kind):
+    """IRCoT processed_data JSONL. Answers are the spans and non-empty numbers; date answers
+    (day / month / year) are not converted, since no file here uses them."""
+    objects = row["answers_objects"]
+    answers = [s for a in objects for s in a.get("spans", [])]
+    answers += [a["number"] for a in objects if a.get("number")]
+    contexts = [{"title": c["title"], "text": c["paragraph_text"].strip()}
+                for c in row.get("contexts", [])]
+    return [_record(kind, row["question_id"], row["question_text"], answers, contexts)]
+
+
+def _from_iirc(article, kind):
+    """IIRC dev JSON: one row per article, holding its questions. Unanswerable ("none") questions
+    are skipped; a context's passage "main" is the article itself."""
+    records = []
+    for q in article["questions"]:
+        answer = q["answer"]
+        if answer["type"] == "none":
+            continue
+        answers = ([s["text"] for s in answer["answer_spans"]] if answer["type"] == "span"
+                   else [answer["answer_value"]])
+        contexts = [{"title": article["title"] if c["passage"] == "main" else c["passage"],
+                     "text": c["text"]} for c in q.get("context", [])]
+        records.append(_record(kind, q.get("qid"), q["question"], answers, contexts))
+    return records
+
+
+def _from_squad(article, kind):
+    """SQuAD v1.1 / v2.0 JSON: one row per article; unanswerable v2.0 questions are skipped."""
+    return [_record(kind, qa["id"], qa["question"], [a["text"] for a in qa["answers"]],
+                    [{"title": article["title"], "text": p["context"]}])
+            for p in article["paragraphs"] for qa in p["qas"] if qa.get("answers")]
+
+
+def _from_dpr(row, kind):
+    """DPR's QA JSON: retriever output {question, answers, ctxs} or training {positive_ctxs}."""
+    ctxs = row.get("ctxs", row.get("positive_ctxs", []))
+    contexts = [{"title": c.get("title", ""), "text": c["text"]} for c in ctxs]
+    return [_record(kind, row.get("id"), row["question"], row["answers"], contexts)]
+
+
+def _from_qa(row, kind):
+    """CtrlA's PopQA / TriviaQA JSONL and Rowen's sampled_nq / sampled_trivia JSON."""
+    return [_record(kind, row.get("id"), row["question"], row["answers"],
+                    **_pick(row, "prop", "s_wiki_title", "pop"))]
+
+
+def _from_freshqa(row, kind):
+    """CtrlA's FreshQA JSONL: the acceptable answers are the non-empty answer_0 .. answer_9."""
+    answers = [row.get(f"answer_{i}") for i in range(10)]
+    return [_record(kind, row.get("id"), row["question"], answers,
+                    **_pick(row, "false_premise", "split", "fact_type", "num_hops"))]
+
+
+def _from_bio(row, kind):
+    """CtrlA's bio_gen JSONL (FActScore prompts); the answer is the person, kept as "topic"."""
+    return [_record(kind, row.get("question_id"), row["question"], row["answers"],
+                    topic=row["topic"])]
+
+
+def _from_truthfulqa(row, kind):
+    """Rowen's TruthfulQA JSON; answers are the "; "-separated correct answers, best included."""
+    split = lambda s: [a.strip() for a in s.split("; ") if a.strip()]
+    best = row["Best Answer"].strip()
+    correct = split(row["Correct Answers"])
+    correct = correct if best in correct else [best] + correct
+    return [_record(kind, None, row["Question"], correct, best_answer=best,
+                    correct_answers=correct, incorrect_answers=split(row["Incorrect Answers"]),
+                    category=row.get("Category"))]
+
+
+def _from_strategyqa(row, kind):
+    """StrategyQA (Rowen's sample {question, answer: bool, target}; the official file adds qid)."""
+    label = row["answer"]
+    return [_record(kind, row.get("qid"), row["question"], ["yes" if label else "no"], label=label,
+                    **_pick(row, "target"))]
+
+
+# ----------------------------------------------------------------------------------------------
+# The run loop every method uses
+
+def add_common_args(parser: argparse.ArgumentParser, dataset: str = "hotpotqa") -> None:
+    """The arguments every method shares."""
+    parser.add_argument("--model", default=DEFAULT_MODEL,
+                        help=f"embedded alias ({', '.join(EMBEDDED)}), Hugging Face id or local directory")
+    parser.add_argument("--dataset", default=dataset, help="a shipped demo set: " + ", ".join(DATASETS))
+    parser.add_argument("--data", help="any question file in a supported format (overrides --dataset)")
+    parser.add_argument("--corpus", default="demo",
+                        help="'demo' (data/corpus.jsonl), 'contexts' (the questions' own paragraphs, "
+                             "pooled) or a corpus file (JSONL, DPR psgs_w100.tsv, FlashRAG JSONL)")
+    parser.add_argument("--limit", type=int, help="only the first N questions")
+    parser.add_argument("--output", help="JSONL file of per-question results (default: outputs/...)")
+    parser.add_argument("--seed", type=int, default=0, help="base seed; each question derives its own")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
+
+
+def load_questions(args) -> list[dict]:
+    return load_dataset(args.data or args.dataset, limit=args.limit)
+
+
+def load_retriever(args, records: list[dict]) -> "BM25":
+    """BM25 over the corpus named by --corpus ('demo', 'contexts' or a file)."""
+    if args.corpus == "contexts":
+        passages = contexts_corpus(records)
+        if not passages:
+            raise InputError("--corpus contexts: the loaded questions carry no context paragraphs; "
+                             "use --corpus demo or a corpus file")
+    elif args.corpus == "demo":
+        passages = load_corpus(DATA_DIR / "corpus.jsonl")
+    else:
+        passages = load_corpus(args.corpus)
+    return BM25(passages)
+
+
+def question_seed(base: int, qid: str) -> int:
+    """A per-question seed, so a resumed run draws the same samples as an uninterrupted one."""
+    import zlib
+    return (base * 1_000_003 + zlib.crc32(str(qid).encode())) % (2**31)
+
+
+def default_output(method: str, args) -> Path:
+    data = Path(args.data).stem if args.data else args.dataset
+    model = Path(args.model).name if args.model else DEFAULT_MODEL
+    return Path("outputs") / f"{method}_{data}_{model}.jsonl"
+
+
+GOLD_FIELDS = ("label", "best_answer", "correct_answers", "incorrect_answers")
+
+
+def run(args, method: str, solve) -> dict:
+    """Answer every question with solve(record) -> {prediction, retrievals, model_calls, trace}.
+
+    Writes one JSON line per question as soon as it is done; ids already in the output file are
+    skipped (resume); then prints and saves the summary (eval.summarize) next to the output.
+    """
+    import eval as metrics
+    from tqdm import tqdm
+    records = load_questions(args)
+    out = Path(args.output) if args.output else default_output(method, args)
+    done = {}
+    if out.exists():
+        try:
+            done = {row["id"]: row for row in metrics.read_rows(out)}
+        except ValueError as e:
+            raise InputError(str(e)) from None
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(out, "a", encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"cannot write {out} ({e.strerror}); pass --output with a writable path") from None
+    todo = [r for r in records if r["id"] not in done]
+    if done:
+        print(f"resuming {out}: {len(records) - len(todo)} of {len(records)} questions already done",
+              file=sys.stderr)
+    with fh:
+        for rec in tqdm(todo, desc=method, unit="q", dynamic_ncols=True):
+            start = time.time()
+            try:
+                res = solve(rec)
+            except InputError as e:  # e.g. a question longer than the model's context: skip it
+                tqdm.write(f"skipped {rec['id']}: {e}")
+                continue
+            row = {"id": rec["id"], "dataset": rec.get("dataset"), "question": rec["question"],
+                   "answers": rec["answers"], **{k: rec[k] for k in GOLD_FIELDS if k in rec},
+                   "prediction": res["prediction"], "retrievals": res.get("retrievals", 0),
+                   "model_calls": res.get("model_calls", 0), "seconds": round(time.time() - start, 3),
+                   "trace": res.get("trace", {})}
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            fh.flush()
+            done[rec["id"]] = row
+    rows = [done[r["id"]] for r in records if r["id"] in done]
+    summary = {"method": method, "model": args.model, "data": args.data or args.dataset,
+               "corpus": getattr(args, "corpus", None), "output": str(out), **metrics.summarize(rows)}
+    print(metrics.format_table([(out.stem, summary)]))
+    out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def main_guard(main) -> None:
+    """Run a CLI main(): bad input becomes one line on stderr and exit code 2, no traceback."""
+    try:
+        main()
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted: finished questions are saved; run the same command again to resume",
+              file=sys.stderr)
+        sys.exit(130)

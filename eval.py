@@ -1,0 +1,327 @@
+"""Score prediction files of ctrla.py / seakr.py / rowen.py and print a table that compares them.
+
+Implements, with the standard library only:
+- EM and token F1 with SQuAD normalisation, as in the SeaKR evaluation notebooks (`eval_*.ipynb`),
+  which copy DRAGIN's: the multi-hop and open-domain QA metrics of SeaKR and CtrlA's multi-hop runs.
+- accuracy: CtrlA's `code/utils.py::match`, "some gold alias is a substring of the output", with
+  CtrlA's own normalisation (PopQA, TriviaQA).
+- yes/no accuracy for StrategyQA and BLEU / ROUGE-L for TruthfulQA, the automatic metrics of Rowen.
+
+Usage: python eval.py out/seakr_hotpotqa.jsonl out/ctrla_hotpotqa.jsonl [--markdown]
+
+Differs from the official code in:
+- StrategyQA: Rowen's `is_supported` falls back to True, so "No." and "" count as True; our
+  `parse_yes_no` reads "No." as False and an answer without yes/no/true/false as wrong.
+- TruthfulQA: Rowen used nltk `corpus_bleu` with two references per question, [Best Answer, the
+  "; "-joined Correct Answers], case-sensitive and unsmoothed, and the `rouge` package on one joined
+  string. We score each correct answer as a separate reference, lowercase, smooth BLEU so that short
+  answers do not get 0, and average sentence scores over questions. Numbers are not comparable.
+- accuracy: an empty gold alias would match every prediction in CtrlA's code; we skip it.
+"""
+import argparse
+import json
+import math
+import re
+import string
+import sys
+from collections import Counter
+from pathlib import Path
+
+# Order of the table's columns; keys not listed here follow, sorted.
+COLUMNS = ["n", "em", "f1", "acc", "bleu", "rouge_l", "closer_to_correct",
+           "retrieval_rate", "retrievals_per_q", "calls_per_q", "sec_per_q"]
+PERCENT = {"em", "f1", "acc", "bleu", "rouge_l", "closer_to_correct", "retrieval_rate"}
+PUNCTUATION = set(string.punctuation)
+
+
+def _as_list(golds):
+    """A single gold string and a list of golds are both accepted everywhere."""
+    if golds is None:
+        return []
+    return [golds] if isinstance(golds, str) else list(golds)
+
+
+# ---------------------------------------------------------------- EM / F1 (SeaKR, DRAGIN)
+
+def normalize_answer(s):
+    """SQuAD normalisation as in DRAGIN / SeaKR: lowercase, delete punctuation, drop a/an/the,
+    collapse whitespace. Non-strings give "" so a missing prediction scores 0."""
+    if not isinstance(s, str):
+        return ""
+    s = "".join(ch for ch in s.lower() if ch not in PUNCTUATION)
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+def exact_match(pred, golds):
+    """1 if the normalised prediction equals some normalised gold (max over golds), else 0."""
+    p = normalize_answer(pred)
+    if not p:
+        return 0  # an empty answer never matches, even an empty gold
+    return int(any(p == normalize_answer(g) for g in _as_list(golds)))
+
+
+def f1_score(pred, golds):
+    """Token F1 of normalised strings, max over golds (DRAGIN's `f1_score`).
+
+    subtle: yes / no / noanswer must match exactly, otherwise "no" vs "no it is not" would earn
+    partial credit for a wrong polarity answer."""
+    p = normalize_answer(pred)
+    best = 0.0
+    for g in _as_list(golds):
+        g = normalize_answer(g)
+        if (p in ("yes", "no", "noanswer") or g in ("yes", "no", "noanswer")) and p != g:
+            continue
+        p_toks, g_toks = p.split(), g.split()
+        same = sum((Counter(p_toks) & Counter(g_toks)).values())
+        if same == 0:
+            continue
+        precision, recall = same / len(p_toks), same / len(g_toks)
+        best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+# ---------------------------------------------------------------- accuracy (CtrlA)
+
+def _ctrla_normalize(s):
+    """CtrlA's `normalize`: punctuation becomes a SPACE (not deleted), so "Larry's" -> "larry s"."""
+    s = s.replace("_", " ").lower()
+    for ch in string.punctuation + "‘’´`":
+        s = s.replace(ch, " ")
+    s = re.sub(r"\b(a|an|the)\b", " ", s)
+    return " ".join(s.split())
+
+
+def accuracy(pred, golds):
+    """CtrlA's `match`: 1 if some normalised gold is a substring of the normalised prediction.
+
+    subtle: no word boundaries, as in the official code, so the alias "pol" matches "politician";
+    this is how CtrlA's PopQA / TriviaQA numbers were computed, so we keep it."""
+    if not isinstance(pred, str):
+        return 0
+    p = _ctrla_normalize(pred)
+    aliases = [_ctrla_normalize(g) for g in _as_list(golds) if isinstance(g, str)]
+    return int(any(a and a in p for a in aliases))
+
+
+# ---------------------------------------------------------------- StrategyQA (Rowen)
+
+def parse_yes_no(text):
+    """Read a yes/no answer: True, False, or None when the text commits to neither.
+
+    Word tokens of the lowercased text; if the first word is yes/true -> True, no/false -> False;
+    otherwise the first of those four words anywhere decides ("It is true that ..." -> True).
+    Rowen's `is_supported` instead tests substrings and falls back to True, so "No." reads as True."""
+    words = re.findall(r"[a-z]+", text.lower()) if isinstance(text, str) else []
+    for w in words:  # the first word is simply the first candidate looked at
+        if w in ("yes", "true"):
+            return True
+        if w in ("no", "false"):
+            return False
+    return None
+
+
+def yes_no_accuracy(pred, label):
+    """1 if the parsed answer equals the boolean label; an answer that cannot be parsed is wrong."""
+    parsed = parse_yes_no(pred)
+    return int(parsed is not None and parsed == bool(label))
+
+
+# ---------------------------------------------------------------- TruthfulQA (Rowen)
+
+def _bleu_tokens(s):
+    """Lowercased words with punctuation split off, so "Paris." and "Paris" share a unigram."""
+    return re.findall(r"\w+|[^\w\s]", s.lower()) if isinstance(s, str) else []
+
+
+def _ngrams(tokens, n):
+    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+
+
+def bleu(pred, refs, max_n=4):
+    """Sentence BLEU-4 against one or more references (Papineni et al. 2002), in [0, 1].
+
+    Uniform weights; an n-gram's count is clipped by its largest count in any single reference;
+    brevity penalty against the reference length closest to the prediction's (shorter on ties).
+    Smoothing: orders n >= 2 use (matches + 1) / (total + 1) (Lin & Och 2004, "smoothing 2"-style),
+    because a 3-word answer has no 4-gram match and unsmoothed BLEU would be 0; unigrams stay
+    unsmoothed, so an answer with no word in common with the references still scores 0."""
+    hyp = _bleu_tokens(pred)
+    ref_toks = [_bleu_tokens(r) for r in _as_list(refs)]
+    ref_toks = [r for r in ref_toks if r]
+    if not hyp or not ref_toks:
+        return 0.0
+    log_sum = 0.0
+    for n in range(1, max_n + 1):
+        counts = _ngrams(hyp, n)
+        max_ref = Counter()
+        for r in ref_toks:
+            max_ref |= _ngrams(r, n)  # | keeps the max count per n-gram over references
+        matches = sum(min(c, max_ref[g]) for g, c in counts.items())
+        total = sum(counts.values())
+        if n == 1:
+            if matches == 0:
+                return 0.0
+            log_sum += math.log(matches / total)
+        else:
+            log_sum += math.log((matches + 1) / (total + 1))
+    c = len(hyp)
+    r = min((abs(len(t) - c), len(t)) for t in ref_toks)[1]
+    brevity = 1.0 if c > r else math.exp(1 - r / c)
+    return brevity * math.exp(log_sum / max_n)
+
+
+def _lcs_length(a, b):
+    """Longest common subsequence length, one row of the dynamic programme at a time."""
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0]
+        for j, y in enumerate(b):
+            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
+        prev = cur
+    return prev[-1]
+
+
+def rouge_l(pred, refs):
+    """ROUGE-L F1 (beta = 1, Lin 2004) from the LCS of lowercased word tokens, max over refs."""
+    hyp = re.findall(r"\w+", pred.lower()) if isinstance(pred, str) else []
+    best = 0.0
+    for ref in _as_list(refs):
+        ref = re.findall(r"\w+", ref.lower()) if isinstance(ref, str) else []
+        lcs = _lcs_length(hyp, ref) if hyp and ref else 0
+        if lcs:
+            precision, recall = lcs / len(hyp), lcs / len(ref)
+            best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+def truthful_scores(pred, correct, incorrect):
+    """TruthfulQA generation scores for one question: BLEU and ROUGE-L against the correct answers,
+    and `closer_to_correct`, the "MC-like" reading of a generation used by TruthfulQA's own
+    similarity metrics (Lin et al. 2022): 1 if its best ROUGE-L against a correct answer beats its
+    best against an incorrect one.
+
+    Rowen's code used nltk `corpus_bleu` with the references [Best Answer, "; "-joined Correct
+    Answers] and the `rouge` package on the joined string; we score each correct answer as a
+    separate reference (include the best answer among them) and average the scores per question."""
+    return {"bleu": bleu(pred, correct),
+            "rouge_l": rouge_l(pred, correct),
+            "closer_to_correct": int(rouge_l(pred, correct) > rouge_l(pred, incorrect))}
+
+
+# ---------------------------------------------------------------- rows and files
+
+def score_record(row):
+    """Metrics of one output row: StrategyQA if it has `label`, TruthfulQA if it has
+    `correct_answers`, otherwise short-answer QA (EM, F1, CtrlA accuracy)."""
+    pred = row.get("prediction")
+    if row.get("label") is not None:
+        return {"acc": yes_no_accuracy(pred, row["label"])}
+    if row.get("correct_answers") is not None:
+        return truthful_scores(pred, row["correct_answers"], row.get("incorrect_answers") or [])
+    answers = row.get("answers") or []
+    return {"em": exact_match(pred, answers), "f1": f1_score(pred, answers),
+            "acc": accuracy(pred, answers)}
+
+
+def summarize(rows):
+    """Means over rows: every metric of `score_record` (fractions in [0, 1]) and the cost of the
+    method (how often it retrieved, model calls, seconds). A key missing from a row counts as 0."""
+    def mean(values):
+        return round(sum(values) / len(values), 4) if values else 0.0
+
+    per_metric = {}
+    for row in rows:
+        for name, value in score_record(row).items():
+            per_metric.setdefault(name, []).append(value)
+    def cost(key):
+        values = [row.get(key) or 0 for row in rows]
+        for i, v in enumerate(values, 1):
+            if not isinstance(v, (int, float)):  # e.g. a list of retrieval steps instead of a count
+                raise ValueError(f"row {i}: '{key}' should be a number, got {type(v).__name__}")
+        return [float(v) for v in values]
+
+    summary = {"n": len(rows)}
+    summary.update({name: mean(values) for name, values in per_metric.items()})
+    summary["retrieval_rate"] = mean([float(x > 0) for x in cost("retrievals")])
+    summary["retrievals_per_q"] = mean(cost("retrievals"))
+    summary["calls_per_q"] = mean(cost("model_calls"))
+    summary["sec_per_q"] = mean(cost("seconds"))
+    return summary
+
+
+def read_rows(path):
+    """Rows of a JSONL prediction file; blank lines are skipped, anything else bad is a ValueError
+    that names the file and line."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file; check the path") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: cannot read ({err})") from None
+    rows = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{lineno}: not valid JSON ({err}); fix or delete that line") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{lineno}: expected a JSON object per line; fix or delete that line")
+        rows.append(row)
+    return rows
+
+
+def format_table(named_summaries, markdown=False):
+    """One row per summary, metrics as percentages with 1 decimal, per-question costs with 2."""
+    keys = set().union(*(s.keys() for _, s in named_summaries)) if named_summaries else set()
+    columns = [c for c in COLUMNS if c in keys] + sorted(keys - set(COLUMNS))
+
+    def cell(summary, key):
+        if key not in summary:
+            return "-"
+        value = summary[key]
+        if key == "n":
+            return str(value)
+        return f"{100 * value:.1f}" if key in PERCENT else f"{value:.2f}"
+
+    header = ["file"] + columns
+    body = [[name] + [cell(s, c) for c in columns] for name, s in named_summaries]
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |",
+                 "|" + "|".join(["---"] + ["---:"] * len(columns)) + "|"]
+        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body])
+    widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
+    # names aligned left, numbers right, so that digits line up under each other
+    fmt = lambda r: "  ".join(r[0].ljust(widths[0]) if i == 0 else v.rjust(widths[i])
+                              for i, v in enumerate(r))
+    return "\n".join(fmt(r) for r in [header] + body)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Score and compare prediction files (JSONL).")
+    parser.add_argument("files", nargs="+", help="prediction files written by ctrla.py / seakr.py / rowen.py")
+    parser.add_argument("--markdown", action="store_true", help="print a GitHub markdown table")
+    args = parser.parse_args(argv)
+    try:
+        named = []
+        for path in args.files:
+            rows = read_rows(path)
+            # a dataset file passed by mistake has no predictions and would silently score 0
+            for i, row in enumerate(rows, 1):
+                if "prediction" not in row:
+                    raise ValueError(f"{path}: row {i} has no 'prediction' key; "
+                                     "pass a prediction file written by ctrla.py, seakr.py or rowen.py")
+            try:
+                named.append((Path(path).stem, summarize(rows)))
+            except ValueError as err:
+                raise ValueError(f"{path}: {err}") from None
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print(format_table(named, markdown=args.markdown))
+
+
+if __name__ == "__main__":
+    main()

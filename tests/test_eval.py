@@ -1,0 +1,226 @@
+"""Tests of eval.py against values computed by hand (the arithmetic is in the comments)."""
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import eval as ev  # noqa: E402  (the project's eval.py, not the builtin function)
+
+
+# ------------------------------------------------------------------ EM / F1
+
+def test_normalize_answer():
+    assert ev.normalize_answer("The  Eiffel-Tower!") == "eiffeltower"  # SQuAD deletes "-"
+    assert ev.normalize_answer("An apple, the pear") == "apple pear"
+    assert ev.normalize_answer(None) == ""
+    assert ev.normalize_answer(42) == ""
+
+
+def test_exact_match():
+    assert ev.exact_match("the Paris", ["Paris", "France"]) == 1
+    assert ev.exact_match("Paris.", "paris") == 1  # a single gold string works too
+    assert ev.exact_match("Lyon", ["Paris", "France"]) == 0
+    assert ev.exact_match(None, ["x"]) == 0
+    assert ev.exact_match("", [""]) == 0  # an empty answer never matches
+
+
+def test_f1_score():
+    assert ev.f1_score("yes", "no") == 0
+    assert ev.f1_score("no", ["no it is not"]) == 0  # yes/no must match exactly
+    assert ev.f1_score("yes", ["Yes."]) == 1.0
+    # "new york city" vs "new york": 2 common tokens, P = 2/3, R = 1, F1 = 2*(2/3)/(5/3) = 0.8
+    assert ev.f1_score("new york city", ["new york"]) == pytest.approx(0.8)
+    # max over golds: "the city of Paris" -> "city of paris" vs "paris": P = 1/3, R = 1, F1 = 0.5
+    assert ev.f1_score("the city of Paris", ["Lyon", "Paris"]) == pytest.approx(0.5)
+    assert ev.f1_score("Lyon", ["Paris"]) == 0
+    assert ev.f1_score(None, ["Paris"]) == 0
+
+
+# ------------------------------------------------------------------ CtrlA accuracy
+
+def test_accuracy_ctrla_match():
+    assert ev.accuracy("The answer is Yuri Gagarin.", ["Gagarin"]) == 1
+    assert ev.accuracy("Fat Larry's Band", ["fat larry s band"]) == 1  # "'" becomes a space
+    assert ev.accuracy("The politician", ["pol"]) == 1  # substring, no word boundary (as CtrlA)
+    assert ev.accuracy("Paris", ["London"]) == 0
+    assert ev.accuracy("It is the_best", "best") == 1  # "_" becomes a space
+    assert ev.accuracy("Paris", [""]) == 0  # an empty alias does not match everything
+    assert ev.accuracy(None, ["Paris"]) == 0
+
+
+# ------------------------------------------------------------------ StrategyQA
+
+@pytest.mark.parametrize("text, expected", [
+    ("No.", False),  # Rowen's is_supported reads this as True
+    ("False.", False),
+    ("Yes, because the river is long.", True),
+    ("It is true that whales are mammals.", True),
+    ("", None),
+    ("I am not sure.", None),
+    ("No, that is not true.", False),  # first word decides
+    ("True, although some say false.", True),
+    ("Well, it is false, not true.", False),  # otherwise the first of the four words decides
+    ("Honestly, I know nothing", None),  # whole words only: "know", "nothing" are not "no"
+    (None, None),
+])
+def test_parse_yes_no(text, expected):
+    assert ev.parse_yes_no(text) is expected
+
+
+def test_yes_no_accuracy():
+    assert ev.yes_no_accuracy("No.", False) == 1
+    assert ev.yes_no_accuracy("Yes", False) == 0
+    assert ev.yes_no_accuracy("maybe", False) == 0  # unparsable is wrong, whatever the label
+
+
+# ------------------------------------------------------------------ BLEU / ROUGE-L
+
+def test_bleu_hand_computed():
+    # hyp "the cat sat on the mat", ref "the cat is on the mat", both 6 tokens so BP = 1
+    # 1-grams: the x2, cat, on, mat match, "sat" does not -> 5/6 (unsmoothed)
+    # 2-grams: "the cat", "on the", "the mat" of 5 -> (3+1)/(5+1) = 4/6
+    # 3-grams: "on the mat" of 4 -> (1+1)/(4+1) = 2/5
+    # 4-grams: none of 3 -> (0+1)/(3+1) = 1/4
+    # BLEU = (5/6 * 4/6 * 2/5 * 1/4) ** (1/4) = (1/18) ** 0.25 = 0.48549
+    expected = (1 / 18) ** 0.25
+    assert ev.bleu("the cat sat on the mat", ["the cat is on the mat"]) == pytest.approx(expected)
+    assert expected == pytest.approx(0.48549, abs=1e-5)
+
+
+def test_bleu_multi_reference_clipping():
+    # hyp "the the the", refs "the cat" and "the the dog"
+    # 1-grams: "the" x3 clipped to its max count in one ref (2) -> 2/3
+    # 2-grams: "the the" x2, at most 1 in a ref -> (1+1)/(2+1) = 2/3
+    # 3-grams: "the the the" unmatched -> (0+1)/(1+1) = 1/2;  4-grams: none -> 1/1
+    # closest reference length to 3 is 3 -> BP = 1;  BLEU = (2/9) ** 0.25
+    assert ev.bleu("the the the", ["the cat", "the the dog"]) == pytest.approx((2 / 9) ** 0.25)
+
+
+def test_bleu_edges():
+    assert ev.bleu("The cat sat on the mat.", ["the cat sat on the mat ."]) == 1.0
+    assert ev.bleu("Paris", "Paris") == 1.0
+    # every n-gram precision is 1, but the brevity penalty applies: c = 1, r = 3 -> exp(1 - 3/1)
+    assert ev.bleu("paris", ["it is paris"]) == pytest.approx(math.exp(-2))
+    # "Paris." -> ["paris", "."]: punctuation is split off, so "paris" still matches (1 of 2)
+    # 1-grams 1/2; orders 2-4: "paris ." unmatched -> (0+1)/(1+1), then 1/1, 1/1; ref length 1 < 2
+    assert ev.bleu("Paris.", ["paris"]) == pytest.approx((1 / 2 * 1 / 2) ** 0.25)
+    assert ev.bleu("London", ["Paris"]) == 0.0  # no unigram in common
+    assert ev.bleu("", ["Paris"]) == 0.0
+    assert ev.bleu(None, ["Paris"]) == 0.0
+    assert 0.0 <= ev.bleu("a b c d e", ["a b x d e f"]) <= 1.0
+
+
+def test_rouge_l_hand_computed():
+    # LCS("the cat sat on the mat", "the cat is on the mat") = "the cat on the mat" = 5
+    # P = 5/6, R = 5/6 -> F1 = 5/6
+    assert ev.rouge_l("The cat sat on the mat.", ["the cat is on the mat"]) == pytest.approx(5 / 6)
+    # LCS("a b c d", "a c e") = "a c" = 2; P = 2/4, R = 2/3, F1 = 2*(1/2)(2/3)/(7/6) = 4/7
+    assert ev.rouge_l("a b c d", "a c e") == pytest.approx(4 / 7)
+    assert ev.rouge_l("a b c d", ["x", "a c e"]) == pytest.approx(4 / 7)  # max over refs
+    assert ev.rouge_l("same words", ["Same words"]) == 1.0
+    assert ev.rouge_l("", ["x"]) == 0.0
+
+
+def test_truthful_scores():
+    # vs incorrect "a dog sat on a rug": LCS "sat on" = 2 of 6 and 6 -> 1/3 < 5/6 vs correct
+    s = ev.truthful_scores("the cat sat on the mat", ["the cat is on the mat"], ["a dog sat on a rug"])
+    assert s["bleu"] == pytest.approx((1 / 18) ** 0.25)
+    assert s["rouge_l"] == pytest.approx(5 / 6)
+    assert s["closer_to_correct"] == 1
+    s = ev.truthful_scores("a dog sat on a rug", ["the cat is on the mat"], ["a dog sat on a rug"])
+    assert s["closer_to_correct"] == 0
+
+
+# ------------------------------------------------------------------ rows, summaries, files
+
+def test_score_record_dispatch():
+    assert ev.score_record({"prediction": "No.", "answers": ["No"], "label": False}) == {"acc": 1}
+    truthful = ev.score_record({"prediction": "x", "answers": [], "correct_answers": ["x"],
+                                "incorrect_answers": ["y"]})
+    assert set(truthful) == {"bleu", "rouge_l", "closer_to_correct"}
+    assert ev.score_record({"prediction": "Paris", "answers": ["Paris"]}) == {"em": 1, "f1": 1.0, "acc": 1}
+
+
+def hand_rows():
+    return [
+        # em 1, f1 1, acc 1
+        {"prediction": "Paris", "answers": ["Paris"], "retrievals": 2, "model_calls": 3, "seconds": 1.5},
+        # em 0, f1 0, acc 0
+        {"prediction": "Lyon", "answers": ["Paris"], "retrievals": 0, "model_calls": 1, "seconds": 0.5},
+        # em 0, f1 0.5 ("city of paris" vs "paris"), acc 1; no cost keys: they count as 0
+        {"prediction": "The city of Paris", "answers": ["Paris"]},
+    ]
+
+
+def test_summarize_hand_rows():
+    assert ev.summarize(hand_rows()) == {
+        "n": 3, "em": 0.3333, "f1": 0.5, "acc": 0.6667,
+        "retrieval_rate": 0.3333,    # 1 of 3 rows retrieved
+        "retrievals_per_q": 0.6667,  # (2 + 0 + 0) / 3
+        "calls_per_q": 1.3333,       # (3 + 1 + 0) / 3
+        "sec_per_q": 0.6667,         # (1.5 + 0.5 + 0) / 3
+    }
+
+
+def test_summarize_rejects_non_numeric_cost():
+    with pytest.raises(ValueError, match="row 1: 'retrievals' should be a number"):
+        ev.summarize([{"prediction": "a", "answers": ["a"], "retrievals": [1, 2]}])
+
+
+def test_read_rows(tmp_path):
+    path = tmp_path / "preds.jsonl"
+    path.write_text('{"prediction": "a"}\n\n{"prediction": "b"}\n')
+    assert [r["prediction"] for r in ev.read_rows(path)] == ["a", "b"]  # blank line skipped
+
+    path.write_text('{"prediction": "a"}\n\n{"prediction": \n')
+    with pytest.raises(ValueError, match=r"preds\.jsonl:3: not valid JSON .*fix or delete that line"):
+        ev.read_rows(path)
+    with pytest.raises(ValueError, match="missing.jsonl"):
+        ev.read_rows(tmp_path / "missing.jsonl")
+
+
+def test_format_table():
+    summary = ev.summarize(hand_rows())
+    plain = ev.format_table([("seakr_demo", summary)]).splitlines()
+    assert plain[0].split() == ["file", "n", "em", "f1", "acc", "retrieval_rate",
+                                "retrievals_per_q", "calls_per_q", "sec_per_q"]
+    assert plain[1].split() == ["seakr_demo", "3", "33.3", "50.0", "66.7", "33.3", "0.67", "1.33", "0.67"]
+    md = ev.format_table([("a", summary), ("b", {"n": 1, "acc": 1.0})], markdown=True).splitlines()
+    assert md[0].startswith("| file | n | em |")
+    assert md[1].startswith("|---|---:|")
+    assert md[3].startswith("| b | 1 | - | - | 100.0 |")  # a missing metric shows "-"
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, str(ROOT / "eval.py"), *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+def test_cli_table_and_errors(tmp_path):
+    good = tmp_path / "ctrla_popqa.jsonl"
+    good.write_text("".join(json.dumps(r) + "\n" for r in hand_rows()))
+    result = run_cli(good)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1].split()[:5] == ["ctrla_popqa", "3", "33.3", "50.0", "66.7"]
+    assert run_cli(good, "--markdown").stdout.startswith("| file |")
+
+    bad = tmp_path / "broken.jsonl"
+    bad.write_text('{"prediction": "a"}\nnot json\n')
+    result = run_cli(good, bad)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "broken.jsonl:2" in lines[0]
+
+    dataset = tmp_path / "questions.jsonl"  # a dataset file passed by mistake
+    dataset.write_text('{"question": "q", "answers": ["a"]}\n')
+    result = run_cli(dataset)
+    assert result.returncode == 2 and "no 'prediction' key" in result.stderr
+
+    result = run_cli(tmp_path / "nope.jsonl")
+    assert result.returncode == 2 and "nope.jsonl" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

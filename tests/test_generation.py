@@ -1,0 +1,178 @@
+"""Generation, one-prefill sampling and hooks on a tiny random LLaMA (hand-checkable, fast)."""
+import math
+
+import pytest
+import torch
+
+import common
+
+
+def full_logprobs(model, ids):
+    """Log-softmax at every position of one uncached forward pass (the reference)."""
+    with torch.no_grad():
+        return torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+
+
+def reference_greedy(model, tok, prompt, n):
+    ids = common.encode(tok, prompt)
+    out = []
+    for _ in range(n):
+        t = int(full_logprobs(model, ids + out)[-1].argmax())
+        if t == tok.eos_token_id:
+            break
+        out.append(t)
+    return out
+
+
+def test_greedy_matches_uncached_reference_and_logprobs(tiny):
+    model, tok = tiny
+    g = common.greedy(model, tok, "Question: abc\nAnswer:", max_new_tokens=12)
+    ref = reference_greedy(model, tok, "Question: abc\nAnswer:", 12)
+    assert g.token_ids == ref
+    assert g.text == tok.decode(ref)
+    lp = full_logprobs(model, common.encode(tok, "Question: abc\nAnswer:") + ref)
+    start = len(common.encode(tok, "Question: abc\nAnswer:")) - 1
+    for i, t in enumerate(ref):
+        assert g.logprobs[i] == pytest.approx(float(lp[start + i, t]), abs=1e-4)
+    assert g.finish in ("length", "eos")
+
+
+def test_stop_string_cuts_text_and_keeps_the_completing_token(tiny):
+    model, tok = tiny
+    full = common.greedy(model, tok, "xyz", max_new_tokens=16)
+    assert len(full.text) >= 6
+    stop = full.text[4:6]                      # a two-character stop string taken from the output
+    at = full.text.find(stop)
+    g = common.greedy(model, tok, "xyz", max_new_tokens=16, stop=("@@@", stop))
+    assert g.text == full.text[:at]
+    assert g.finish == stop
+    # one character per token: the stop is completed by token at+len(stop)-1, which is kept
+    assert g.token_ids == full.token_ids[:at + len(stop)]
+
+
+def test_batched_greedy_equals_one_by_one(tiny):
+    model, tok = tiny
+    prompts = ["a", "Question: who?\nAnswer:", "The quick brown fox"]
+    batch = common.greedy(model, tok, prompts, max_new_tokens=10, stop=("\n",))
+    for p, b in zip(prompts, batch):
+        one = common.greedy(model, tok, p, max_new_tokens=10, stop=("\n",))
+        assert (b.text, b.token_ids, b.finish) == (one.text, one.token_ids, one.finish)
+
+
+def count_prefills(model):
+    """Count forward passes whose input has more than one position (a prefill, not a decode step)."""
+    calls = []
+    h = model.model.embed_tokens.register_forward_hook(
+        lambda m, i, o: calls.append(i[0].shape[1]) if i[0].shape[1] > 1 else None)
+    return calls, h
+
+
+def test_sampling_prefills_once_and_follows_the_model_distribution(tiny):
+    model, tok = tiny
+    prompt = "Hello there"
+    calls, h = count_prefills(model)
+    try:
+        samples = common.sample(model, tok, prompt, k=12, max_new_tokens=6, seed=1)
+    finally:
+        h.remove()
+    assert calls == [len(common.encode(tok, prompt))]      # the prompt went through the model once
+    ids = common.encode(tok, prompt)
+    for s in samples:                                       # each row's tokens are scored as conditionals
+        lp = full_logprobs(model, ids + s.token_ids)
+        for i, t in enumerate(s.token_ids):
+            assert s.logprobs[i] == pytest.approx(float(lp[len(ids) - 1 + i, t]), abs=1e-4)
+
+
+def test_first_token_frequencies_match_softmax(tiny):
+    model, tok = tiny
+    prompt = "abc"
+    probs = full_logprobs(model, common.encode(tok, prompt))[-1].exp()
+    n = 3000
+    draws = common.sample(model, tok, prompt, k=n, max_new_tokens=1, seed=3)
+    counts = torch.zeros_like(probs)
+    for d in draws:
+        counts[d.token_ids[0] if d.token_ids else tok.eos_token_id] += 1
+    top = probs.topk(5).indices
+    for t in top:                                            # 4 standard errors
+        p = float(probs[t])
+        assert abs(float(counts[t]) / n - p) < 4 * math.sqrt(p * (1 - p) / n) + 1e-3
+
+
+def test_sampling_is_repeatable_and_with_greedy_row_zero(tiny):
+    model, tok = tiny
+    a = common.sample(model, tok, "abc", k=5, max_new_tokens=5, seed=7, with_greedy=True)
+    b = common.sample(model, tok, "abc", k=5, max_new_tokens=5, seed=7, with_greedy=True)
+    assert [x.token_ids for x in a] == [x.token_ids for x in b]
+    assert len(a) == 6
+    assert a[0].token_ids == common.greedy(model, tok, "abc", max_new_tokens=5).token_ids
+
+
+def test_filter_logits_top_k_and_top_p():
+    logits = torch.tensor([[3.0, 2.0, 1.0, 0.0]])
+    kept = common._filter_logits(logits, top_k=2, top_p=1.0)
+    assert torch.isinf(kept[0, 2:]).all() and torch.isfinite(kept[0, :2]).all()
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.2]]))
+    # mass before each token: 0, 0.5, 0.8 -> top_p=0.7 keeps the first two, top_p=0.5 only the first
+    assert torch.isfinite(common._filter_logits(logits, 0, 0.7)).tolist() == [[True, True, False]]
+    assert torch.isfinite(common._filter_logits(logits, 0, 0.5)).tolist() == [[True, False, False]]
+
+
+def test_hidden_state_is_read_at_substituted_eos(tiny):
+    model, tok = tiny
+    mlp = common.decoder_layers(model)[1].mlp
+    prompt = "Question: x\nAnswer:"
+    g = common.greedy(model, tok, prompt, max_new_tokens=7, hidden_module=mlp)
+    ids = common.encode(tok, prompt)
+    last = g.token_ids[:-1] if g.finish != "eos" else g.token_ids
+    with common.record_output(mlp) as outs, torch.no_grad():
+        model(torch.tensor([ids + last + [tok.eos_token_id]]))
+    assert torch.allclose(g.hidden, outs[0][0, -1], atol=1e-5)
+    # the same state for each sampled row, read in the batch
+    for s in common.sample(model, tok, prompt, k=4, max_new_tokens=7, seed=0, hidden_module=mlp):
+        last = s.token_ids[:-1] if s.finish != "eos" else s.token_ids
+        with common.record_output(mlp) as outs, torch.no_grad():
+            model(torch.tensor([ids + last + [tok.eos_token_id]]))
+        assert torch.allclose(s.hidden, outs[0][0, -1], atol=1e-4)
+
+
+def test_record_output_equals_hidden_states_and_hooks_are_removed(tiny):
+    model, tok = tiny
+    layer = common.decoder_layers(model)[2]
+    ids = torch.tensor([common.encode(tok, "some text")])
+    with torch.no_grad():
+        ref = model(ids, output_hidden_states=True).hidden_states[3]
+    before = dict(layer._forward_hooks)   # transformers keeps a capture hook of its own here
+    with common.record_output(layer) as outs, torch.no_grad():
+        model(ids)
+    assert torch.allclose(outs[0], ref, atol=1e-6)
+    assert dict(layer._forward_hooks) == before
+
+
+def test_zero_vector_changes_nothing_and_hook_leaves_on_exception(tiny):
+    model, tok = tiny
+    layer = common.decoder_layers(model)[1]
+    base = common.greedy(model, tok, "abc", max_new_tokens=8)
+    before = dict(layer._forward_hooks)
+    with common.add_to_output(layer, torch.zeros(32)):
+        same = common.greedy(model, tok, "abc", max_new_tokens=8)
+    assert same.token_ids == base.token_ids
+    with pytest.raises(RuntimeError):
+        with common.add_to_output(layer, torch.ones(32) * 5):
+            raise RuntimeError("boom")
+    assert dict(layer._forward_hooks) == before
+    # a non-zero vector acts on every position (prompt too): the first-step logits move
+    ids = torch.tensor([common.encode(tok, "abc")])
+    with torch.no_grad():
+        a = model(ids).logits
+        with common.add_to_output(layer, torch.ones(32)):
+            b = model(ids).logits
+    assert not torch.allclose(a, b)
+
+
+def test_prompt_helpers(tiny):
+    _, tok = tiny
+    assert common.encode(tok, "Answer: ") == common.encode(tok, "Answer:")
+    assert common.encode(tok, "ab")[0] == tok.bos_token_id
+    assert common.encode(tok, "<s>ab").count(tok.bos_token_id) == 1
+    text = common.chat_prompt(tok, "Hi?", system="Be brief.")    # no chat template: plain transcript
+    assert text == "System: Be brief.\n\nUser: Hi?\n\nAssistant:"
