@@ -904,9 +904,10 @@ def run(args, method: str, solve) -> dict:
             fh.flush()
             done[rec["id"]] = row
     rows = [done[r["id"]] for r in records if r["id"] in done]
+    stats = metrics.summarize(rows)
     summary = {"method": method, "model": args.model, "data": args.data or args.dataset,
-               "corpus": getattr(args, "corpus", None), "output": str(out), **metrics.summarize(rows)}
-    print(metrics.format_table([(out.stem, summary)]))
+               "corpus": getattr(args, "corpus", None), "output": str(out), **stats}
+    print(metrics.format_table([(out.stem, stats)]))
     out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 

@@ -1,0 +1,484 @@
+"""SeaKR: self-aware knowledge retrieval, re-ranking and reasoning driven by an eigen-score uncertainty.
+
+The method in five lines:
+1. Each reasoning step is generated greedily; 20 more samples of the same step give the uncertainty
+   U = (1/k) logdet(Z Z^T + alpha I) of the samples' hidden states at the EOS position (layer L/2 FFN).
+2. Self-aware retrieval: if U exceeds the threshold delta, a query is built from the step (uncertain
+   words removed) and BM25 returns N = 3 passages.
+3. Self-aware re-ranking: the step is regenerated with each passage in context; the passage whose
+   step has the lowest U joins the knowledge buffer, its step joins the rationale buffer.
+4. The loop stops at "the answer is", after 7 steps or 5 retrievals.
+5. Self-aware reasoning: an answer from the rationales and an answer from a fresh chain of thought
+   over all passages; the one with the lower U is the final answer.
+
+Paper: Zijun Yao, Weijian Qi, Liangming Pan, Shulin Cao, Linmei Hu, Weichuan Liu, Lei Hou, Juanzi Li.
+"SeaKR: Self-aware Knowledge Retrieval for Adaptive Retrieval Augmented Generation" (arXiv 2406.19215;
+ICLR 2025 submission). Official code: THU-KEG/SeaKR (a patched vLLM 0.4.2 + Elasticsearch).
+
+Follows the paper's intent and the official code's concrete values (shared/specs/seakr.md).
+Differs from the official code in:
+- the hidden state comes from a forward hook on the layer's MLP of a plain transformers model, not a
+  patched vLLM; the EOS substitution (last sampled token replaced by EOS, one more step) is the same;
+- a step with no non-empty sample gets U = +inf (always uncertain); the official 0 is "uncertain" only
+  on LLaMA-2's scale (delta = -6), not on models whose scores sit above 0;
+- the answer after "the answer is" is not cut at the first comma or period ("August 25, 1963" stays);
+- generated steps keep their internal periods when fed back (the official `' '.strip()` bug removes them);
+- query words are filtered by a stop-word list, not spaCy's part-of-speech tags, and all sentences of
+  the step count (the official code keeps only the last sentence's words);
+- BM25 is rank_bm25 with Lucene's IDF over title + text (official: Elasticsearch), and the passage shown
+  to the model is "title: text" (official: text only, DPR passages usually start with the title);
+- the forced answer of the rationale strategy is greedy only (its 20 samples are never used);
+- simple QA retrieves BM25's top 10 for the question (official: a pre-packed DPR top-10 file) and uses
+  the multi-hop rule "retrieve iff U > delta" (official notebook: keep the direct answer iff U < delta).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+
+import torch
+
+import common
+
+# ----------------------------------------------------------------------------------------------
+# Settings (source in brackets)
+K_SAMPLES = 20          # samples per call for the eigen score [paper 3.1; official call_llm n=20]
+TEMPERATURE = 1.0       # sampling temperature [official call_llm]
+TOP_K = 50              # top-k of the samples [official call_llm]
+TOP_P = 0.9             # nucleus of the samples [official call_llm]
+MAX_NEW_TOKENS = 100    # per call, greedy and samples [official max_tokens]
+FORCED_TOKENS = 20      # the forced "So the answer is" continuation [official simple QA gen_loop]
+ALPHA = 1e-3            # regulariser of the Gram matrix [official --eigen_alpha]
+PROB_KEEP = 0.9         # a query keeps a word when all its tokens have p >= 0.9 [official --prob_threshold 0.1]
+QUERY_MAX_TOKENS = 64   # queries are left-truncated to 64 tokens [official _retrieve]
+RERANK_N = 3            # BM25 passages re-ranked per retrieval, multi-hop [paper N=3; official topk=3]
+SIMPLE_QA_N = 10        # passages tried one by one in simple QA [paper 4.1.3; official notebook]
+MAX_DOCS = 5            # at most 5 retrievals [official --max_docs]
+MAX_STEPS = 7           # at most 7 reasoning steps [official README]
+N_SHOT = 10             # in-context examples [official --n_shot]
+# Threshold delta per model: retrieve iff U > delta. LLaMA-2-7B-chat's -6.0 is the paper's (5.3);
+# other models' scores live on other scales, so each needs its own (python seakr.py --calibrate).
+THRESHOLDS = {
+    "meta-llama/Llama-2-7b-chat-hf": -6.0,   # paper 5.3, official --eigen_threshold
+    "smollm2-135m": 5.0,                     # calibrated here on NQ-open dev (README "Thresholds")
+}
+PAPER_THRESHOLD = -6.0
+MULTI_HOP = {"hotpotqa": "hotpotqa", "2wikimultihopqa": "2wikimultihopqa", "iirc": "iirc",
+             "musique": "hotpotqa"}   # MuSiQue has no exemplars of its own: HotpotQA's are closest
+BASE_STOP = ("\n\n", "\nQuestion:", "\nContext")   # [official prepare_llm_input]
+
+
+# ----------------------------------------------------------------------------------------------
+# The uncertainty estimator and the decisions (pure functions)
+
+def eigen_score(hidden: torch.Tensor, alpha: float = ALPHA) -> float:
+    """U = (1/k) logdet(Z J Z^T + alpha I) for k x d hidden states Z (paper 3.1, INSIDE's EigenScore).
+
+    J centres each row on its own mean over the d features (official _compute_eigen_score); the Gram
+    matrix is over samples, neither normalised nor divided by d. Higher means more uncertain.
+    """
+    z = hidden.double()
+    z = z - z.mean(dim=1, keepdim=True)
+    gram = z @ z.T + alpha * torch.eye(z.shape[0], dtype=z.dtype)
+    sign, logdet = torch.linalg.slogdet(gram)
+    return float(logdet) / z.shape[0]
+
+
+def should_retrieve(score: float, text: str, delta: float) -> bool:
+    """Self-aware retrieval (paper 3.2): retrieve iff U > delta (strictly) or the step is empty."""
+    return not text.strip() or score > delta
+
+
+def pick_candidate(scores: list[float], texts: list[str]) -> int:
+    """Self-aware re-ranking (paper 3.3): the candidate whose step has the lowest U; an empty step
+    counts as +inf; ties go to the earlier (higher BM25) candidate."""
+    keyed = [(s if t.strip() else math.inf, i) for i, (s, t) in enumerate(zip(scores, texts))]
+    return min(keyed)[1]
+
+
+def choose_answer(step_answer, step_score: float, read_answer, read_score: float) -> tuple[str, str]:
+    """Self-aware reasoning (paper 3.4, official compare_answer): (answer, which).
+
+    A missing or "unknown" answer loses; otherwise the lower U wins and a tie goes to the answer
+    read from the passages.
+    """
+    def bad(a):
+        return a is None or "unknown" in a.lower()
+    if bad(step_answer):
+        return read_answer, "knowledge"
+    if bad(read_answer):
+        return step_answer, "rationales"
+    return (step_answer, "rationales") if step_score < read_score else (read_answer, "knowledge")
+
+
+_ANSWER_IS = re.compile(r"the answer is\s*:?\s*(.*)", re.IGNORECASE)
+_IS_THE_ANSWER = re.compile(r"[.?!]\s*([^?!]*?)\s+is the answer\b", re.IGNORECASE)
+# subtle: a sentence ends at a period followed by a space or the end, unless the period closes an
+# initial ("Edward L. Cahn") or an abbreviation letter ("U.S.")
+_SENTENCE_END = re.compile(r"(?<!\b[A-Z])\.(?=\s|$)")
+
+
+def extract_answer(text: str) -> str | None:
+    """The answer after "the answer is" (official _check_final_answer, without its cut at the first
+    comma or period): "So the answer is August 25, 1963." -> "August 25, 1963"."""
+    m = _ANSWER_IS.search(text)
+    if m:
+        rest = m.group(1).split("\n")[0]
+        end = _SENTENCE_END.search(rest)
+        answer = (rest[:end.start()] if end else rest).strip().strip("\"'*")
+        return answer or None
+    m = _IS_THE_ANSWER.search(text)
+    return m.group(1).strip() if m else None
+
+
+def has_answer(text: str) -> bool:
+    return extract_answer(text) is not None
+
+
+def query_from_step(gen: common.Generation, text: str, question: str, previous: str) -> str:
+    """Self-aware retrieval's query (official _build_query): the step with its uncertain words removed.
+
+    A word stays if each of its tokens had p >= PROB_KEEP, or it appears in the question or in the
+    previous step (substring test, as the official code); stop words and thus/answer/so are dropped.
+    """
+    spans, pos = [], 0           # character span of each generated token within the text
+    for piece in gen.tokens:
+        spans.append((pos, pos + len(piece)))
+        pos += len(piece)
+    offset = len(gen.text) - len(gen.text.lstrip())   # `text` is the stripped greedy text
+    kept = []
+    for m in re.finditer(r"\w+", text):
+        lo, hi = m.start() + offset, m.end() + offset
+        probs = [math.exp(lp) for (a, b), lp in zip(spans, gen.logprobs) if a < hi and b > lo]
+        word = m.group()
+        sure = bool(probs) and min(probs) >= PROB_KEEP
+        if sure or word.lower() in question.lower() or (previous and word.lower() in previous.lower()):
+            kept.append(word)
+    drop = common.STOP_WORDS | {"thus", "answer", "so"}
+    words = [w for w in kept if w.lower() not in drop]
+    return " ".join(words)
+
+
+# ----------------------------------------------------------------------------------------------
+# Prompts (official SEAKR/dataset.py format; paper appendix D.4 examples)
+
+def load_exemplars(kind: str, n: int = N_SHOT) -> str:
+    """The few-shot prefix: `Question: q\\nAnswer: s1. s2. So the answer is a.` joined by blank lines.
+
+    As in the official demos, periods inside a step become spaces, so the ". " stop string only ever
+    ends a step.
+    """
+    data = json.loads((common.DATA_DIR / "seakr_exemplars.json").read_text())
+    demos = []
+    for ex in data[kind][:n]:
+        steps = " ".join(s.replace(".", " ").strip() + "." for s in ex["cot"])
+        demos.append(f"Question: {ex['question']}\nAnswer: {steps} So the answer is {ex['answer']}.")
+    return "\n\n".join(demos)
+
+
+def passage_text(p: dict) -> str:
+    return f"{p['title']}: {p['text']}" if p.get("title") else p["text"]
+
+
+def build_prompt(prefix: str, question: str, steps: list[str] = (), docs: list[str] = ()) -> str:
+    """prefix + Context + "Answer in the same format as before." + Question + Answer + steps (no trailing space)."""
+    context = ("Context: " + "\n".join(f"[{i}] {d}" for i, d in enumerate(docs, 1)) + "\n") if docs else ""
+    answer = " ".join(s.strip().rstrip(".") + "." for s in steps if s.strip())
+    prompt = f"{prefix}\n\n{context}Answer in the same format as before. \nQuestion: {question}\nAnswer:"
+    return prompt + (" " + answer if answer else "")
+
+
+def stop_strings(has_steps: bool, final: bool) -> tuple[str, ...]:
+    """[official prepare_llm_input] one sentence per step; "\\n" once there are previous steps."""
+    return BASE_STOP + (("\n",) if has_steps else ()) + (() if final else (". ",))
+
+
+# ----------------------------------------------------------------------------------------------
+# One model call: the greedy step and its uncertainty, from one prefill
+
+@dataclass
+class Call:
+    text: str                     # the greedy continuation, stripped
+    score: float                  # eigen score of the samples (+inf when no sample is usable)
+    gen: common.Generation        # the greedy Generation (tokens and probabilities, for the query)
+    samples: int = 0              # how many non-empty samples entered the score
+
+
+@dataclass
+class Settings:
+    delta: float
+    layer: int
+    k: int = K_SAMPLES
+    retrieve: str = "adaptive"    # adaptive | never | always
+    rerank: bool = True
+    final: str = "both"           # both | rationales | knowledge
+    seed: int = 0
+
+
+@dataclass
+class Budget:
+    """Counts model calls and hands each call its own seed."""
+    seed: int
+    calls: int = 0
+
+    def next_seed(self) -> int:
+        self.calls += 1
+        return self.seed + self.calls
+
+
+def call(model, tok, prompt: str, stop, s: Settings, budget: Budget) -> Call:
+    """Greedy step + k samples with one prefill; U from the samples' EOS states (paper 3.1)."""
+    mlp = common.decoder_layers(model)[s.layer].mlp
+    gens = common.sample(model, tok, prompt, s.k, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P,
+                         max_new_tokens=MAX_NEW_TOKENS, stop=stop, seed=budget.next_seed(),
+                         hidden_module=mlp, with_greedy=True)
+    greedy, samples = gens[0], [g for g in gens[1:] if g.text.strip()]
+    score = eigen_score(torch.stack([g.hidden for g in samples])) if samples else math.inf
+    return Call(greedy.text.strip(), score, greedy, len(samples))
+
+
+def forced_answer(model, tok, prompt: str, budget: Budget) -> str | None:
+    """Append " So the answer is" and read the greedy continuation (official forced answer)."""
+    budget.calls += 1
+    g = common.greedy(model, tok, prompt + " So the answer is", max_new_tokens=FORCED_TOKENS,
+                      stop=BASE_STOP + ("\n",))
+    return extract_answer("So the answer is" + g.text)
+
+
+def _num(x: float):
+    return None if math.isinf(x) else round(x, 4)
+
+
+# ----------------------------------------------------------------------------------------------
+# Multi-hop QA (paper 3, official main_multihop.py / MultiHopReasoner.solve)
+
+def solve_multihop(model, tok, bm25, prefix: str, question: str, s: Settings, budget: Budget) -> dict:
+    steps: list[str] = []          # rationale buffer
+    docs: list[dict] = []          # knowledge buffer (one passage per retrieval)
+    searched: set[str] = set()
+    trace = []
+    while True:
+        c = call(model, tok, build_prompt(prefix, question, steps, [passage_text(d) for d in docs]),
+                 stop_strings(bool(steps), final=False), s, budget)
+        uncertain = should_retrieve(c.score, c.text, s.delta)
+        retrieve = {"adaptive": uncertain, "never": False, "always": True}[s.retrieve]
+        entry = {"text": c.text, "score": _num(c.score), "samples": c.samples, "retrieved": False}
+        trace.append(entry)
+        if has_answer(c.text):          # a final answer is never retrieval-checked (official order)
+            steps.append(c.text)
+            break
+        if not retrieve:
+            if not c.text:              # greedy and the same prompt again: nothing new would come
+                break
+            steps.append(c.text)
+        else:
+            step = rerank(model, tok, bm25, prefix, question, steps, docs, searched, c, s, budget, entry)
+            if step is None:            # a repeated query or no new passage ends the loop (official)
+                break
+            steps.append(step)
+            if has_answer(step):
+                break
+        if len(steps) >= MAX_STEPS or len(docs) >= MAX_DOCS:
+            break
+    final = reason(model, tok, prefix, question, steps, docs, s, budget)
+    return {"prediction": final["answer"] or "", "retrievals": len(docs), "model_calls": budget.calls,
+            "trace": {"steps": trace, "passages": [d["id"] for d in docs], **final}}
+
+
+def rerank(model, tok, bm25, prefix, question, steps, docs, searched, failed: Call, s: Settings,
+           budget: Budget, entry: dict) -> str | None:
+    """Retrieve for an uncertain step and keep the passage whose regenerated step is most certain."""
+    query = query_from_step(failed.gen, failed.text, question, steps[-1] if steps else "")
+    if not query:
+        query = " ".join(w for w in re.findall(r"\w+", question) if w.lower() not in common.STOP_WORDS)
+    query = tok.decode(tok(query, add_special_tokens=False)["input_ids"][-QUERY_MAX_TOKENS:]).strip()
+    entry.update(retrieved=True, query=query)
+    if query in searched:
+        return None
+    searched.add(query)
+    have = {d["id"] for d in docs}
+    hits = [h for h in bm25.search(query, RERANK_N) if h["id"] not in have]
+    if not hits:
+        return None
+    if not s.rerank:
+        hits = hits[:1]
+    context = [passage_text(d) for d in docs]
+    cands = [call(model, tok, build_prompt(prefix, question, steps, context + [passage_text(h)]),
+                  stop_strings(bool(steps), final=False), s, budget) for h in hits]
+    best = pick_candidate([c.score for c in cands], [c.text for c in cands])
+    entry["candidates"] = [{"id": h["id"], "title": h["title"], "bm25": round(h["score"], 3),
+                            "text": c.text, "score": _num(c.score)} for h, c in zip(hits, cands)]
+    entry["chosen"] = hits[best]["id"]
+    docs.append(hits[best])
+    return cands[best].text
+
+
+def reason(model, tok, prefix, question, steps, docs, s: Settings, budget: Budget) -> dict:
+    """Self-aware reasoning (paper 3.4): answer from the rationales and from the passages, keep the
+    lower U. Each strategy's U comes from its first generation (official read_all_steps) or from its
+    last one (official read_all_docs: the forced call's, when forcing was needed)."""
+    out = {"step_answer": None, "step_score": None, "read_answer": None, "read_score": None}
+    step_score = read_score = math.inf
+    if s.final in ("both", "rationales"):
+        # the last step's "the answer is" sentence is dropped: the model must re-derive it
+        rationales = [r for r in steps[:-1]] + [" ".join(x for x in re.split(r"(?<=\.)\s+", steps[-1])
+                                                         if not has_answer(x))] if steps else []
+        rationales = [r for r in rationales if r.strip()]
+        if rationales:
+            prompt = build_prompt(prefix, question, docs=rationales)
+            c = call(model, tok, prompt, BASE_STOP + ("\n",), s, budget)
+            answer = extract_answer(c.text) or forced_answer(model, tok, prompt, budget)
+            step_score = c.score
+            out.update(step_answer=answer, step_score=_num(step_score), step_text=c.text)
+    if s.final in ("both", "knowledge"):
+        prompt = build_prompt(prefix, question, docs=[passage_text(d) for d in docs])
+        c = call(model, tok, prompt, BASE_STOP, s, budget)
+        answer = extract_answer(c.text)
+        if answer is None:
+            c = call(model, tok, prompt + " So the answer is", BASE_STOP + ("\n",), s, budget)
+            answer = extract_answer("So the answer is" + c.gen.text)
+        read_score = c.score
+        out.update(read_answer=answer, read_score=_num(read_score), read_text=c.text)
+    answer, which = choose_answer(out["step_answer"], step_score, out["read_answer"], read_score)
+    out.update(answer=answer, chosen=which)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Simple QA (paper 4.1.3, official main_simpleqa.py + eval_singlehop.ipynb)
+
+def answer_once(model, tok, prompt: str, s: Settings, budget: Budget) -> tuple[str | None, Call]:
+    """One chain of thought on one line; the answer, forced with the generated text kept (as official)."""
+    c = call(model, tok, prompt, ("\n",) + BASE_STOP, s, budget)
+    answer = extract_answer(c.text)
+    if answer is None:
+        answer = forced_answer(model, tok, prompt + (" " + c.text if c.text else ""), budget)
+    return answer, c
+
+
+def solve_simple(model, tok, bm25, prefix: str, question: str, s: Settings, budget: Budget) -> dict:
+    """One retrieval round: answer directly if certain; else answer with each of the top N passages
+    alone and keep the most certain answer."""
+    answer, c = answer_once(model, tok, build_prompt(prefix, question), s, budget)
+    uncertain = should_retrieve(c.score, c.text, s.delta)
+    retrieve = {"adaptive": uncertain, "never": False, "always": True}[s.retrieve]
+    trace = {"direct": {"text": c.text, "answer": answer, "score": _num(c.score)}, "retrieved": retrieve}
+    if not retrieve:
+        return {"prediction": answer or "", "retrievals": 0, "model_calls": budget.calls, "trace": trace}
+    hits = bm25.search(question, SIMPLE_QA_N if s.rerank else 1)
+    tried = []
+    for h in hits:
+        a, hc = answer_once(model, tok, build_prompt(prefix, question, docs=[passage_text(h)]), s, budget)
+        tried.append({"id": h["id"], "title": h["title"], "answer": a, "score": hc.score, "text": hc.text})
+    if tried:
+        best = pick_candidate([t["score"] for t in tried], [t["text"] for t in tried])
+        answer = tried[best]["answer"]
+        trace["chosen"] = tried[best]["id"]
+    trace["candidates"] = [{**t, "score": _num(t["score"])} for t in tried]
+    return {"prediction": answer or "", "retrievals": 1 if hits else 0, "model_calls": budget.calls,
+            "trace": trace}
+
+
+# ----------------------------------------------------------------------------------------------
+# Threshold calibration (paper 5.3: delta searched on a sample of NQ questions)
+
+def calibrate(model, tok, records: list[dict], s: Settings) -> dict:
+    """Score each question's direct answer and print, per candidate threshold, the retrieval rate and
+    the no-retrieval accuracy on each side. Recommended: the threshold that separates right from wrong
+    direct answers best, i.e. maximises acc(kept) - acc(retrieved), with at least 10% of the
+    questions on each side (our rule; the paper only states its value, -6 for LLaMA-2-7B)."""
+    import eval as metrics
+    from tqdm import tqdm
+    prefix = load_exemplars("simpleqa")
+    rows = []
+    for rec in tqdm(records, desc="calibrate", unit="q"):
+        budget = Budget(common.question_seed(s.seed, rec["id"]))
+        answer, c = answer_once(model, tok, build_prompt(prefix, rec["question"]), s, budget)
+        if math.isfinite(c.score):
+            rows.append((c.score, metrics.accuracy(answer or "", rec["answers"])))
+    rows.sort()
+    scores = [r[0] for r in rows]
+    candidates = sorted({round(q, 2) for q in [scores[int(len(scores) * f / 20)] for f in range(1, 20)]})
+    print(f"{'delta':>8} {'retrieve%':>9} {'acc kept':>9} {'acc retr':>9} {'n kept':>7}")
+    best, table = None, []
+    for d in candidates:
+        kept = [a for sc, a in rows if sc <= d]
+        retr = [a for sc, a in rows if sc > d]
+        acc_k = sum(kept) / len(kept) if kept else float("nan")
+        acc_r = sum(retr) / len(retr) if retr else float("nan")
+        table.append({"delta": d, "retrieval_rate": len(retr) / len(rows), "acc_kept": acc_k,
+                      "acc_retrieved": acc_r})
+        print(f"{d:8.2f} {100 * len(retr) / len(rows):9.1f} {100 * acc_k:9.1f} {100 * acc_r:9.1f} {len(kept):7d}")
+        if min(len(kept), len(retr)) >= 0.1 * len(rows) and (best is None or acc_k - acc_r > best[1]):
+            best = (d, acc_k - acc_r)
+    print(f"scores: min {scores[0]:.3f}, median {scores[len(scores) // 2]:.3f}, max {scores[-1]:.3f} "
+          f"over {len(rows)} questions")
+    if best:
+        print(f"recommended --threshold {best[0]} (largest accuracy gap kept - retrieved: {100 * best[1]:.1f} points)")
+    return {"table": table, "recommended": best[0] if best else None}
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+
+def default_layer(model) -> int:
+    """The middle layer, l = L/2 counted from 1: 0-based index L/2 - 1 (15 of LLaMA-2-7B's 32) [official]."""
+    return model.config.num_hidden_layers // 2 - 1
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="SeaKR: self-aware knowledge retrieval (uncertainty-driven RAG)")
+    common.add_common_args(p, dataset="hotpotqa")
+    p.add_argument("--threshold", type=float, help="delta: retrieve iff U > delta (default: per model)")
+    p.add_argument("--layer", type=int, help="0-based decoder layer whose MLP output is read (default L/2-1)")
+    p.add_argument("--samples", type=int, default=K_SAMPLES, help="k samples per call (paper: 20)")
+    p.add_argument("--retrieve", choices=["adaptive", "never", "always"], default="adaptive",
+                   help="never = chain of thought, always = IRCoT-like (baselines from the same code)")
+    p.add_argument("--no-rerank", action="store_true", help="take BM25's first passage (ablation)")
+    p.add_argument("--final", choices=["both", "rationales", "knowledge"], default="both",
+                   help="self-aware reasoning strategy (ablation: one strategy only)")
+    p.add_argument("--mode", choices=["auto", "multihop", "simple"], default="auto",
+                   help="multi-hop loop or simple QA (auto: by dataset)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="print retrieval rate and accuracy per threshold on --data/--dataset, then exit")
+    args = p.parse_args(argv)
+
+    model, tok = common.load_model(args.model, args.dtype, args.device)
+    delta = args.threshold if args.threshold is not None else THRESHOLDS.get(args.model)
+    if delta is None and not args.calibrate:
+        delta = PAPER_THRESHOLD
+        print(f"warning: no calibrated threshold for {args.model}; using the paper's {delta} (LLaMA-2-7B). "
+              f"Calibrate: python seakr.py --model {args.model} --calibrate --data NQ-open.dev.jsonl "
+              f"--limit 200", file=sys.stderr)
+    s = Settings(delta=delta if delta is not None else PAPER_THRESHOLD,
+                 layer=args.layer if args.layer is not None else default_layer(model), k=args.samples,
+                 retrieve=args.retrieve, rerank=not args.no_rerank, final=args.final, seed=args.seed)
+    records = common.load_questions(args)
+    if args.calibrate:
+        calibrate(model, tok, records, s)
+        return
+    bm25 = common.load_retriever(args, records)
+    prefixes = {}
+
+    def solve(rec):
+        kind = rec.get("dataset")
+        multihop = args.mode == "multihop" or (args.mode == "auto" and kind in MULTI_HOP)
+        exemplars = MULTI_HOP.get(kind, "hotpotqa") if multihop else "simpleqa"
+        if exemplars not in prefixes:
+            prefixes[exemplars] = load_exemplars(exemplars)
+        budget = Budget(common.question_seed(args.seed, rec["id"]))
+        question = rec["question"].replace(".", " ").strip()   # [official MultiHopReasoner.__init__]
+        solver = solve_multihop if multihop else solve_simple
+        return solver(model, tok, bm25, prefixes[exemplars], question, s, budget)
+
+    name = "seakr" + ("" if args.retrieve == "adaptive" else f"-{args.retrieve}") + \
+        ("-norerank" if args.no_rerank else "") + ("" if args.final == "both" else f"-{args.final}")
+    common.run(args, name, solve)
+
+
+if __name__ == "__main__":
+    common.main_guard(main)

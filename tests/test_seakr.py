@@ -1,0 +1,184 @@
+"""SeaKR: the spec's facts (shared/specs/seakr.md section 11) and the loop on a tiny model."""
+import math
+
+import pytest
+import torch
+
+import common
+import seakr
+
+
+def test_eigen_score_hand_computed():
+    # Z~ = Z (rows already centred); Z Z^T = 2 I; (1/2) logdet(2.001 I) = ln 2.001
+    z = torch.tensor([[1.0, -1, 0, 0], [0, 0, 1, -1]])
+    assert seakr.eigen_score(z) == pytest.approx(math.log(2.001), abs=1e-6)
+    assert seakr.eigen_score(z) == pytest.approx(0.693647, abs=1e-6)
+    # 20 identical rows [0..7]: ||z~||^2 = 42, eigenvalues 840 + 1e-3 and 19 x 1e-3
+    same = torch.arange(8.0).repeat(20, 1)
+    assert seakr.eigen_score(same) == pytest.approx((math.log(840.001) + 19 * math.log(1e-3)) / 20, abs=1e-6)
+    assert seakr.eigen_score(same) == pytest.approx(-6.225697, abs=1e-6)
+
+
+def test_eigen_score_invariances():
+    same = torch.arange(8.0).repeat(20, 1)
+    shifted = same + 3 * torch.arange(20.0)[:, None]          # a constant per row
+    assert seakr.eigen_score(shifted) == pytest.approx(-6.225697, abs=1e-6)
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(6, 16, generator=g)
+    assert seakr.eigen_score(z[torch.randperm(6, generator=g)]) == pytest.approx(seakr.eigen_score(z), abs=1e-9)
+    assert seakr.eigen_score(2 * z) != pytest.approx(seakr.eigen_score(z), abs=1e-3)   # not scale invariant
+    more_spread = torch.cat([z[:1].repeat(5, 1), z[1:2]])
+    assert seakr.eigen_score(more_spread) < seakr.eigen_score(z)   # samples that agree -> lower U
+
+
+def test_retrieval_decision_is_strict():
+    assert not seakr.should_retrieve(-6.0, "a step", -6.0)
+    assert seakr.should_retrieve(-5.99, "a step", -6.0)
+    assert seakr.should_retrieve(-9.0, "  ", -6.0)           # an empty step always retrieves
+    assert seakr.should_retrieve(math.inf, "a step", 5.0)   # no usable sample: uncertain
+
+
+def test_rerank_argmin_empty_last_and_ties_to_bm25_order():
+    assert seakr.pick_candidate([-5.0, -6.5, -6.0], ["a", "b", "c"]) == 1
+    assert seakr.pick_candidate([-5.0, -9.0], ["a", ""]) == 0
+    assert seakr.pick_candidate([-6.0, -6.0, -7.0], ["a", "b", ""]) == 0
+
+
+def test_choose_answer():
+    assert seakr.choose_answer("A", -6.0, "B", -6.0) == ("B", "knowledge")      # tie -> passages
+    assert seakr.choose_answer("A", -6.1, "B", -6.0) == ("A", "rationales")
+    assert seakr.choose_answer(None, -9.0, "B", 0.0) == ("B", "knowledge")
+    assert seakr.choose_answer("A", 0.0, "unknown", -9.0) == ("A", "rationales")
+
+
+@pytest.mark.parametrize("text,answer", [
+    ("So the answer is Paris.", "Paris"),
+    ("So the answer is August 25, 1963.", "August 25, 1963"),     # official code: "august 25"
+    ("So the answer is Edward L. Cahn.", "Edward L. Cahn"),       # official code: "edward l"
+    ("Thus the answer is: U.S. Navy. Then", "U.S. Navy"),
+    ("Rome is the answer.", None),                                # needs a sentence before it
+    ("I think. Rome is the answer.", "Rome"),
+    ("No pattern here.", None),
+])
+def test_extract_answer(text, answer):
+    assert seakr.extract_answer(text) == answer
+
+
+def test_prompt_format():
+    tail = seakr.build_prompt("P", "Q?")
+    assert tail == "P\n\nAnswer in the same format as before. \nQuestion: Q?\nAnswer:"
+    assert seakr.build_prompt("P", "Q?", docs=["A", "B"]).endswith(
+        "\n\nContext: [1] A\n[2] B\nAnswer in the same format as before. \nQuestion: Q?\nAnswer:")
+    with_steps = seakr.build_prompt("P", "Q?", steps=[" Edward L. Cahn died", "X."])
+    assert with_steps.endswith("\nAnswer: Edward L. Cahn died. X.")     # periods kept, no trailing space
+    assert not with_steps.endswith(" ")
+
+
+def test_exemplars_render_like_the_official_demos():
+    prefix = seakr.load_exemplars("hotpotqa")
+    demos = prefix.split("\n\n")
+    assert len(demos) == 10
+    assert demos[0] == ("Question: Jeremy Theobald and Christopher Nolan share what profession?\nAnswer: "
+                        "Jeremy Theobald is an actor and producer. Christopher Nolan is a director, producer, "
+                        "and screenwriter. Therefore, they both share the profession of being a producer. "
+                        "So the answer is producer.")
+    assert "F W  Murnau." in demos[1]          # periods inside a step become spaces (official)
+    for kind in ("simpleqa", "2wikimultihopqa", "iirc"):
+        assert seakr.load_exemplars(kind).count("So the answer is") >= 9
+
+
+def test_stop_strings():
+    base = ["\n\n", "\nQuestion:", "\nContext"]
+    assert list(seakr.stop_strings(False, final=False)) == base + [". "]
+    assert list(seakr.stop_strings(True, final=False)) == base + ["\n", ". "]
+    assert list(seakr.stop_strings(False, final=True)) == base
+
+
+def test_query_keeps_sure_words_and_known_words():
+    tokens = [" Edward", " C", "ahn", " died", " in", " Paris"]
+    probs = [0.95, 0.5, 0.99, 0.95, 0.99, 0.3]
+    gen = common.Generation(text="".join(tokens), token_ids=list(range(6)),
+                            logprobs=[math.log(p) for p in probs], finish=". ", tokens=tokens)
+    q = seakr.query_from_step(gen, gen.text.strip(), "When did the director of film X die?",
+                              "The film X was directed by Edward Cahn")
+    # Cahn has an unsure token but is in the previous step; Paris is unsure and new; "in" is a stop word
+    assert q == "Edward Cahn died"
+
+
+def test_default_layer_is_middle():
+    class Cfg:
+        num_hidden_layers = 32
+    class M:
+        config = Cfg()
+    assert seakr.default_layer(M()) == 15
+    Cfg.num_hidden_layers = 30
+    assert seakr.default_layer(M()) == 14
+
+
+def test_call_scores_samples_with_one_prefill(tiny):
+    model, tok = tiny
+    s = seakr.Settings(delta=0.0, layer=1, k=5)
+    budget = seakr.Budget(seed=3)
+    c = seakr.call(model, tok, "Question: ab\nAnswer:", ("\n",), s, budget)
+    assert budget.calls == 1 and 0 < c.samples <= 5
+    assert math.isfinite(c.score)
+    again = seakr.call(model, tok, "Question: ab\nAnswer:", ("\n",), s, seakr.Budget(seed=3))
+    assert (again.text, again.score) == (c.text, c.score)                  # seeded: repeatable
+
+
+CORPUS = [{"id": f"p{i}", "title": t, "text": x} for i, (t, x) in enumerate([
+    ("Alpha", "Alpha is a town founded by Beta in 1900."),
+    ("Beta", "Beta was a builder born in Gamma."),
+    ("Gamma", "Gamma is a city on a river."),
+    ("Delta", "Delta is unrelated to anything here."),
+])]
+
+
+@pytest.mark.parametrize("mode", ["never", "always", "adaptive"])
+def test_multihop_loop_invariants(tiny, mode):
+    model, tok = tiny
+    s = seakr.Settings(delta=-math.inf, layer=1, k=3, retrieve=mode)
+    out = seakr.solve_multihop(model, tok, common.BM25(CORPUS), "Question: a?\nAnswer: b. So the answer is c.",
+                               "Who founded Alpha town and where was Beta born?", s, seakr.Budget(seed=0))
+    steps = out["trace"]["steps"]
+    assert 1 <= len(steps) <= seakr.MAX_STEPS
+    assert out["retrievals"] == len(out["trace"]["passages"]) <= seakr.MAX_DOCS
+    assert len(set(out["trace"]["passages"])) == out["retrievals"]          # a passage is chosen once
+    if mode == "never":
+        assert out["retrievals"] == 0 and not any(st["retrieved"] for st in steps)
+    else:                                   # delta = -inf: every step that is not an answer retrieves
+        retrieved = [st for st in steps if st["retrieved"]]
+        assert retrieved and all("query" in st for st in retrieved)
+        for st in retrieved:
+            if "chosen" in st:
+                scores = [c["score"] if c["text"] else math.inf for c in st["candidates"]]
+                scores = [math.inf if x is None else x for x in scores]
+                assert st["chosen"] == st["candidates"][scores.index(min(scores))]["id"]
+    assert out["trace"]["chosen"] in ("rationales", "knowledge")
+    assert out["model_calls"] >= len(steps)
+
+
+def test_simple_qa_tries_each_passage_alone(tiny):
+    model, tok = tiny
+    s = seakr.Settings(delta=-math.inf, layer=1, k=3)
+    out = seakr.solve_simple(model, tok, common.BM25(CORPUS), "Question: a?\nAnswer: b. So the answer is c.",
+                             "Where was Beta the builder born?", s, seakr.Budget(seed=0))
+    cands = out["trace"]["candidates"]
+    assert out["retrievals"] == 1 and 1 <= len(cands) <= seakr.SIMPLE_QA_N
+    assert out["model_calls"] >= 1 + len(cands)
+    s_never = seakr.Settings(delta=math.inf, layer=1, k=3)
+    out = seakr.solve_simple(model, tok, common.BM25(CORPUS), "Q", "Where was Beta born?", s_never,
+                             seakr.Budget(seed=0))
+    assert out["retrievals"] == 0 and "candidates" not in out["trace"]
+
+
+@pytest.mark.slow
+def test_end_to_end_on_embedded_model(tmp_path):
+    out = tmp_path / "seakr.jsonl"
+    seakr.main(["--dataset", "hotpotqa", "--corpus", "contexts", "--limit", "1", "--samples", "4",
+                "--output", str(out)])
+    import json
+    row = json.loads(out.read_text().splitlines()[0])
+    assert row["id"] == "demo_hp_01" and isinstance(row["prediction"], str)
+    assert row["trace"]["steps"] and row["model_calls"] >= 2
+    assert (tmp_path / "seakr.summary.json").exists()
