@@ -290,3 +290,19 @@ def test_shared_raw_files_load():
     corpus = load_corpus(RAW / "dpr_wiki/sample_data.jsonl")
     assert len(corpus) == 1000 and corpus[0]["title"] == "Evan Morris"
     assert all(p["title"] and not p["title"].startswith('"') for p in corpus)
+
+
+def test_shipped_demo_sets_and_corpus():
+    """Every demo set loads with at least 15 questions; the demo corpus holds the single-hop answers."""
+    from common import DATA_DIR, DATASETS, BM25, load_corpus, load_dataset
+    corpus = load_corpus(DATA_DIR / "corpus.jsonl")
+    assert len(corpus) >= 150 and len({p["id"] for p in corpus}) == len(corpus)
+    text = " ".join(p["title"] + " " + p["text"] for p in corpus).lower()
+    for name in DATASETS:
+        records = load_dataset(name)
+        assert len(records) >= 15, name
+        assert all(r["question"] and r["answers"] for r in records), name
+        if name in ("nq", "triviaqa", "popqa"):
+            assert all(any(a.lower() in text for a in r["answers"]) for r in records), name
+    hits = BM25(corpus).search("Which city was Ludwig van Beethoven born in?", 3)
+    assert hits and all(h["score"] > 0 for h in hits)
