@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import csv
 import importlib.util
 import json
@@ -189,11 +190,54 @@ def _forward(model, ids, mask, positions, past):
     return out.logits[:, -1, :].float(), out.past_key_values
 
 
+# Reuse of the KV cache of the previous prompt's longest shared prefix (the few-shot examples, the
+# question, earlier steps): a method calling the model again on a prompt that extends or shares the
+# start of the last one pays only for the new tokens. Set to False to measure the plain path.
+REUSE_PREFIX = True
+MIN_SHARED = 16          # shorter shared prefixes are not worth a cache fork
+_LAST = {}               # model id -> (token ids, KV cache) of the last single-prompt prefill
+
+
+def _fork(cache):
+    """A second handle on a KV cache. Cache updates rebind their tensors (torch.cat, indexing,
+    slicing) and never write into them, so sharing the tensors is safe and copies nothing."""
+    twin = copy.copy(cache)
+    twin.layers = [copy.copy(layer) for layer in cache.layers]
+    return twin
+
+
+def _shared_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def _prefill(model, tok, prompts: list[str]):
-    """One forward pass over left-padded prompts: (last logits, KV cache, attention mask, next positions)."""
+    """Forward pass over left-padded prompts: (last logits, KV cache, attention mask, next positions).
+
+    A single prompt that shares at least MIN_SHARED leading tokens with the previous single prompt
+    starts from that prompt's cache, cropped to the shared part (sliding-window caches excepted).
+    """
     rows = [encode(tok, p) for p in prompts]
-    width = max(len(r) for r in rows)
     dev = model.device
+    if len(rows) == 1:
+        ids = rows[0]
+        last = _LAST.get(id(model))
+        keep = min(_shared_prefix(ids, last[0]), len(ids) - 1) if (last and REUSE_PREFIX) else 0
+        if keep >= MIN_SHARED and not any(last[1].is_sliding):
+            past = _fork(last[1])
+            past.crop(keep - past.get_seq_length())
+        else:
+            keep, past = 0, None
+        mask = torch.ones(1, len(ids), dtype=torch.long, device=dev)
+        positions = torch.arange(keep, len(ids), device=dev)[None]
+        logits, past = _forward(model, torch.tensor([ids[keep:]], device=dev), mask, positions, past)
+        _LAST[id(model)] = (ids, _fork(past))
+        return logits, past, mask, torch.tensor([len(ids)], device=dev)
+    width = max(len(r) for r in rows)
     ids = torch.tensor([[tok.pad_token_id] * (width - len(r)) + r for r in rows], device=dev)
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=dev)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)

@@ -176,3 +176,38 @@ def test_prompt_helpers(tiny):
     assert common.encode(tok, "<s>ab").count(tok.bos_token_id) == 1
     text = common.chat_prompt(tok, "Hi?", system="Be brief.")    # no chat template: plain transcript
     assert text == "System: Be brief.\n\nUser: Hi?\n\nAssistant:"
+
+
+def test_prefix_reuse_gives_the_same_outputs_and_skips_the_shared_tokens(tiny):
+    model, tok = tiny
+    head = "Question: the shared few-shot head goes here\nAnswer: fine. "
+    prompts = [head + "Question: one\nAnswer:", head + "Question: two\nAnswer:", head + "Q"]
+    common.REUSE_PREFIX = False
+    plain = [common.greedy(model, tok, p, max_new_tokens=8) for p in prompts]
+    plain_s = common.sample(model, tok, prompts[1], k=3, max_new_tokens=6, seed=5)
+    common.REUSE_PREFIX = True
+    try:
+        common.greedy(model, tok, prompts[0], max_new_tokens=8)
+        seen, h = [], model.model.embed_tokens.register_forward_hook(lambda m, i, o: seen.append(i[0].shape[1]))
+        try:
+            reused = [common.greedy(model, tok, p, max_new_tokens=8) for p in prompts]
+        finally:
+            h.remove()
+        reused_s = common.sample(model, tok, prompts[1], k=3, max_new_tokens=6, seed=5)
+    finally:
+        common.REUSE_PREFIX = True
+    assert [g.token_ids for g in reused] == [g.token_ids for g in plain]
+    assert [g.token_ids for g in reused_s] == [g.token_ids for g in plain_s]
+    # the second prompt's prefill fed only what follows the shared head
+    shared = len(common.encode(tok, head + "Question: t")) - 1   # ends with the space before "two"
+    prefills = [n for n in seen if n > 1]
+    assert seen[0] == 1                     # prompts[0] again: only its last token is fed
+    assert prefills[0] == len(common.encode(tok, prompts[1])) - shared
+    # the same prompt twice: all but its last token come from the cache
+    common.greedy(model, tok, prompts[2], max_new_tokens=2)
+    seen2, h = [], model.model.embed_tokens.register_forward_hook(lambda m, i, o: seen2.append(i[0].shape[1]))
+    try:
+        common.greedy(model, tok, prompts[2], max_new_tokens=2)
+    finally:
+        h.remove()
+    assert seen2[0] == 1
