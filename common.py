@@ -906,7 +906,7 @@ def default_output(method: str, args) -> Path:
 GOLD_FIELDS = ("label", "best_answer", "correct_answers", "incorrect_answers")
 
 
-def run(args, method: str, solve) -> dict:
+def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
     """Answer every question with solve(record) -> {prediction, retrievals, model_calls, trace}.
 
     Writes one JSON line per question as soon as it is done; ids already in the output file are
@@ -914,7 +914,7 @@ def run(args, method: str, solve) -> dict:
     """
     import eval as metrics
     from tqdm import tqdm
-    records = load_questions(args)
+    records = load_questions(args) if records is None else records
     out = Path(args.output) if args.output else default_output(method, args)
     done = {}
     if out.exists():

@@ -447,6 +447,7 @@ def main(argv=None):
                    help="print retrieval rate and accuracy per threshold on --data/--dataset, then exit")
     args = p.parse_args(argv)
 
+    records = common.load_questions(args)      # bad input fails here, before the model loads
     model, tok = common.load_model(args.model, args.dtype, args.device)
     delta = args.threshold if args.threshold is not None else THRESHOLDS.get(args.model)
     if delta is None and not args.calibrate:
@@ -457,7 +458,6 @@ def main(argv=None):
     s = Settings(delta=delta if delta is not None else PAPER_THRESHOLD,
                  layer=args.layer if args.layer is not None else default_layer(model), k=args.samples,
                  retrieve=args.retrieve, rerank=not args.no_rerank, final=args.final, seed=args.seed)
-    records = common.load_questions(args)
     if args.calibrate:
         calibrate(model, tok, records, s)
         return
@@ -477,7 +477,7 @@ def main(argv=None):
 
     name = "seakr" + ("" if args.retrieve == "adaptive" else f"-{args.retrieve}") + \
         ("-norerank" if args.no_rerank else "") + ("" if args.final == "both" else f"-{args.final}")
-    common.run(args, name, solve)
+    common.run(args, name, solve, records)
 
 
 if __name__ == "__main__":
