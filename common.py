@@ -392,18 +392,29 @@ def record_output(module):
         handle.remove()
 
 
+def forget_prefix() -> None:
+    """Drop the cached prefix KV states (they are only valid for the hooks active when they were made)."""
+    _LAST.clear()
+
+
 @contextlib.contextmanager
 def add_to_output(module, vector: torch.Tensor):
-    """Add `vector` to `module`'s output at every position, prompt and generated tokens alike."""
+    """Add `vector` to `module`'s output at every position, prompt and generated tokens alike.
+
+    subtle: a steered prompt's KV cache differs from the plain one, so the cached prefix is dropped
+    on entry and on exit and never crosses the steering boundary.
+    """
     def hook(m, i, o):
         if isinstance(o, tuple):
             return (o[0] + vector.to(o[0].dtype).to(o[0].device),) + tuple(o[1:])
         return o + vector.to(o.dtype).to(o.device)
+    forget_prefix()
     handle = module.register_forward_hook(hook)
     try:
         yield
     finally:
         handle.remove()
+        forget_prefix()
 
 
 # ---------------------------------------------------------------------------------------------

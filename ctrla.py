@@ -1,0 +1,792 @@
+"""CtrlA: adaptive RAG steered by an honesty direction and triggered by a confidence direction of the model.
+
+The method in five lines:
+1. Features (3.2.1): contrast pairs "Pretend you're an honest / untruthful (confident / unconfident)
+   person ..." + a statement prefix; per layer, the first principal component of the pairs' differences.
+2. Honesty steering (3.2.2, Eq. 1): lambda * direction is added to the output of middle decoder layers.
+3. Confidence monitoring (3.2.3, Eq. 2): each token's projection on the confidence direction, averaged
+   over layers; an unconfident token in a word that is new information, or a refusal, triggers retrieval.
+4. Query (3.2.4): the question + the segment with unconfident words masked (CAQ, Eq. 3) or a query the
+   model writes to verify the segment (TVQ, Prompt B.1); the segment is regenerated with the passages.
+5. Refusal handling (B.3, Alg. 2/3): a refusal after retrieval rewrites the query (Prompt B.2), retries.
+
+Paper: Huanshuo Liu et al., "CtrlA: Adaptive Retrieval-Augmented Generation via Inherent Control"
+(arXiv 2405.18727; read here in its anonymous ICLR 2025 submission). Official code: HSLiu-Initial/CtrlA.
+
+Follows the paper's intent and the official code's concrete values (shared/specs/ctrla.md).
+Differs from the official code in:
+- tau: the paper's 0.0 is kept for Mistral-7B; any other model gets a calibrated tau (the score halfway
+  between held-out confident and unconfident statements, style_center), because the zero point of the
+  scores is model-specific (SmolLM2-135M's sit near -8, so tau = 0 flags every token);
+- prompts use the model's chat template (official: Mistral's "[INST] <<SYS>>" text) with the paper's
+  Table 10 instructions; Prompts B.1 / B.2 have the instruction as the system turn and 5 exemplars (the
+  paper's two, three of ours) as chat turns, decoded greedily (official: one [INST] block, 5 beams);
+  a rewrite that repeats the query ends the rewrites (greedy: it would bring the same refusal back);
+- multi-hop QA (no official code): DRAGIN's CoT exemplars as shipped for SeaKR, 4-shot, stop at
+  "the answer is" or 128 tokens; FreshQA does not retrieve before generating (paper C.6; official does);
+- sentences are split by a rule (., ! or ? before whitespace, not after an initial, a list number or a
+  known abbreviation; or a newline), not by spaCy; decoding stops at the first sentence end instead of
+  decoding 64 tokens and discarding all but the first sentence (the same text, greedy);
+- stop words are common.STOP_WORDS plus 40 function words, not spaCy's 326; a punctuation-only word
+  never triggers (official: it cleans to "" and does); masked words leave the CAQ query (official: " ");
+- the refusal detector is our phrase list; it catches "I don't know" / "I'm not sure" (official: not);
+- refusal handling follows Alg. 2: up to K = 3 rewrites per segment, then the segment is regenerated
+  without passages (official: no fallback after the rewrites, and it rewrites the question too);
+  regenerated segments use no repetition penalty (official: 1.1, silently);
+- an empty answer stays empty (official: a retrieval answer + a steered answer, concatenated);
+- feature extraction uses correct position ids under left padding; steered generation keeps BOS.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import csv
+import hashlib
+import json
+import random
+import re
+import string
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import torch
+
+import common
+
+InputError = common.InputError
+
+# ----------------------------------------------------------------------------------------------
+# Settings (source in brackets)
+LAMBDA = 0.3            # honesty steering strength; the added vector has norm 0.3 [paper 4; official coeff]
+TAU = 0.0               # unconfident iff score - tau < 0 [paper 4 and official, for Mistral-7B]
+TAUS = {"mistralai/Mistral-7B-Instruct-v0.1": TAU}  # any other model: calibrated (style_center) [ours]
+STEER_LAYERS = "5:18"   # keys -5..-17 from the top, end exclusive [official begin/end_control_layer]
+MONITOR_LAYERS = "10:25"  # keys -10..-24 [official begin/end_reading_layer]
+N_PAIRS = 512           # contrast pairs per feature, the first ones in file order [official n_train]
+SKIP_LAST = 6           # statement prefixes never reach the last 6 tokens [official range(1, len-5)]
+PAIR_SEED = 0           # within-pair order shuffled with random.seed(0) [official]
+BATCH = 32              # prompts per feature-extraction batch [official]
+OUTLIER_STD = 5.0       # scores beyond median +- 5 std become the median [official confidence_monitor]
+SEGMENT_TOKENS = 64     # new tokens per step at most [official, hard-coded]
+QUERY_TOKENS = 64       # new tokens of a TVQ / rewritten query [official]
+DOCS_PER_QUERY = 4      # BM25 passages for each of [question, TVQ query] [official retrieve]
+DOCS_SINGLE = 5         # passages for a single (CAQ) query [official ndocs]
+DOCS_MULTIHOP = 3       # passages per query on multi-hop QA [paper C.5]
+ATTEMPTS = 3            # K, query rewrites per refused segment [paper Alg. 2 names K; value ours]
+MAX_RETRIES = 6         # refusal retries per question before the answer ends [official]
+ANSWER_TOKENS = {"asqa": 130, "bio": 300, "multihop": 128}  # [official run.sh; multi-hop: ours]
+DEFAULT_TOKENS = 1024   # PopQA / TriviaQA / FreshQA answer budget [official run.sh]
+N_SHOT = 4              # CoT exemplars on multi-hop QA [ours; DRAGIN's exemplars, shared with SeaKR]
+HONESTY_FILE = common.DATA_DIR / "ctrla_honesty.csv"
+CONFIDENCE_FILE = common.DATA_DIR / "ctrla_confidence.csv"
+CHECK_FILE = common.DATA_DIR / "ctrla_feature_check.json"
+EXEMPLAR_FILE = common.DATA_DIR / "seakr_exemplars.json"
+PERSONA = "Pretend you're {} person making statements about the world."  # Prompt 3.1 [official wording]
+PERSONAS = {"honesty": ("an honest", "an untruthful"),  # paper: "dishonest"
+            "confidence": ("a confident", "an unconfident")}
+
+
+# ----------------------------------------------------------------------------------------------
+# Feature extraction (3.2.1, App. C.1): contrast pairs, last-token states, PCA, sign
+
+def statement_prefixes(tok, statement: str) -> list[str]:
+    """Every token prefix of the statement but those reaching into its last 6 tokens: T-6 of them."""
+    toks = tok.tokenize(statement)
+    return [tok.convert_tokens_to_string(toks[:i]) for i in range(1, len(toks) - SKIP_LAST + 1)]
+
+
+def contrast_pairs(tok, statements, personas, n_pairs=N_PAIRS, seed=PAIR_SEED):
+    """The first n_pairs (positive, negative) prompts in statement order, each pair's order shuffled.
+    Returns (prompts flattened pair by pair, first_is_positive per pair, statements used)."""
+    pos, neg = (common.chat_prompt(tok, PERSONA.format(p)) for p in personas)
+    pairs, used = [], 0
+    while len(pairs) < n_pairs and used < len(statements):
+        pairs += [[pos + x, neg + x] for x in statement_prefixes(tok, statements[used])]
+        used += 1
+    rng, flat, first_pos = random.Random(seed), [], []
+    for pair in pairs[:n_pairs]:
+        positive = pair[0]
+        rng.shuffle(pair)
+        flat += pair
+        first_pos.append(pair[0] == positive)
+    return flat, torch.tensor(first_pos), used
+
+
+@torch.inference_mode()
+def last_token_states(model, tok, prompts, batch=BATCH) -> torch.Tensor:
+    """[L, N, d]: every decoder layer's output (HF hidden_states[1:]) at each prompt's last token.
+
+    The prompts' common leading tokens (chat template and persona, most of each prompt) are prefilled
+    once and their KV cache shared by every batch; the rest follows it left-padded, with position ids
+    that count real tokens only."""
+    rows = [common.encode(tok, p) for p in prompts]
+    width = min(len(r) for r in rows) - 1
+    n = next((i for i in range(width) if any(r[i] != rows[0][i] for r in rows)), width)
+    dev = model.device
+    shared = model(input_ids=torch.tensor([rows[0][:n]], device=dev)).past_key_values if n else None
+    out = []
+    for i in range(0, len(rows), batch):
+        part = [r[n:] for r in rows[i:i + batch]]
+        width = max(len(r) for r in part)
+        ids = torch.tensor([[tok.pad_token_id] * (width - len(r)) + r for r in part], device=dev)
+        tail = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in part], device=dev)
+        past = copy.deepcopy(shared)
+        if past is not None:
+            past.batch_repeat_interleave(len(part))
+        hs = model(input_ids=ids, attention_mask=torch.cat([tail.new_ones(len(part), n), tail], 1),
+                   position_ids=n + (tail.cumsum(-1) - 1).clamp(min=0), past_key_values=past,
+                   output_hidden_states=True, logits_to_keep=1).hidden_states
+        out.append(torch.stack([h[:, -1] for h in hs[1:]]).float().cpu())
+    return torch.cat(out, dim=1)
+
+
+def pca_direction(diffs: torch.Tensor, niter: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
+    """(unit first principal component of the centred differences, their mean) [official PCARepReader]."""
+    mean = diffs.mean(0)
+    _, _, v = torch.pca_lowrank((diffs - mean).double(), q=min(6, *diffs.shape), center=False, niter=niter)
+    return (v[:, 0] / v[:, 0].norm()).float(), mean
+
+
+def direction_sign(pos_proj: torch.Tensor, neg_proj: torch.Tensor) -> float:
+    """+1 if the positive prompt projects higher in more pairs than it projects lower, else -1; tie: +1."""
+    return -1.0 if (pos_proj > neg_proj).float().mean() < (pos_proj < neg_proj).float().mean() else 1.0
+
+
+def read_features(states: torch.Tensor, first_pos: torch.Tensor) -> dict:
+    """Per layer: direction, sign and mean of the differences first - second of each shuffled pair."""
+    diffs = states[:, 0::2] - states[:, 1::2]
+    dirs, means = (torch.stack(x) for x in zip(*(pca_direction(d) for d in diffs)))
+    proj = torch.einsum("lnd,ld->ln", states, dirs)
+    first, second = proj[:, 0::2], proj[:, 1::2]
+    pos, neg = torch.where(first_pos, first, second), torch.where(first_pos, second, first)
+    signs = torch.tensor([direction_sign(p, n) for p, n in zip(pos, neg)])
+    return {"direction": dirs, "mean": means, "sign": signs}
+
+
+def read_statements(path) -> list[dict]:
+    """The label-1 rows of a CSV with columns statement,label[,topic,style] (the probes use only those)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            rows = [r for r in csv.DictReader(f) if str(r.get("label", "1")).strip() == "1"]
+        assert all(r["statement"] for r in rows)
+    except (OSError, KeyError, AssertionError, csv.Error) as e:
+        raise InputError(f"{path}: cannot read statements ({e!r}); restore data/ or fix its header") from None
+    return rows
+
+
+def encode_offsets(tok, text: str):
+    """common.encode's ids (BOS unless the text carries it) with each token's character span."""
+    bos = tok.bos_token
+    return tok(text, add_special_tokens=not (bos and text.startswith(bos)), return_offsets_mapping=True)
+
+
+@torch.inference_mode()
+def answer_states(model, tok, prompt: str, answer: str):
+    """(every layer's states [L, T, d] over prompt + answer, token char spans, the answer's start)."""
+    text = append(prompt, answer)
+    enc = encode_offsets(tok, text)
+    hs = model(input_ids=torch.tensor([enc["input_ids"]], device=model.device), output_hidden_states=True,
+               logits_to_keep=1).hidden_states
+    return torch.stack(hs[1:])[:, 0].float().cpu(), enc["offset_mapping"], len(text) - len(answer)
+
+
+def style_center(model, tok, feats: dict, rows: list[dict], n: int = 20) -> torch.Tensor:
+    """[L] our calibration of tau for models other than the paper's: per layer, the score halfway between
+    the mean token scores of confident and of unconfident statements (n of each, not used for the
+    features) given as the answer to "Tell me about <topic>."."""
+    means = []
+    for style in ("confident", "unconfident"):
+        states = []
+        for r in [r for r in rows if r.get("style") == style][:n]:
+            prompt = build_prompt(tok, "short", f"Tell me about {r.get('topic', 'the world').lower()}.")
+            hs, spans, start = answer_states(model, tok, prompt, r["statement"])
+            states.append(hs[:, [i for i, (a, b) in enumerate(spans) if b > start]].mean(1))
+        if not states:  # a statement file without a style column: no calibration
+            return torch.zeros(len(feats["sign"]))
+        means.append(torch.stack(states).mean(0))
+    return feats["sign"] * (((means[0] + means[1]) / 2 - feats["mean"]) * feats["direction"]).sum(-1)
+
+
+def features(model, tok, kind: str, n_pairs=N_PAIRS, rows=None) -> dict:
+    """Honesty or confidence features of every layer (keys -1..-L index the returned tensors)."""
+    rows = rows or read_statements(HONESTY_FILE if kind == "honesty" else CONFIDENCE_FILE)
+    prompts, first_pos, used = contrast_pairs(tok, [r["statement"] for r in rows], PERSONAS[kind], n_pairs)
+    feats = {**read_features(last_token_states(model, tok, prompts), first_pos), "statements_used": used}
+    if kind == "confidence":
+        feats["center"] = style_center(model, tok, feats, rows[used:])
+    return feats
+
+
+def load_features(model, tok, model_name: str, n_pairs=N_PAIRS, path=None) -> dict:
+    """Both features, cached on disk per model, statement files and pair count (--directions PATH)."""
+    key = hashlib.sha1(HONESTY_FILE.read_bytes() + CONFIDENCE_FILE.read_bytes() + PERSONA.encode()
+                       + common.chat_prompt(tok, "x").encode() + str(n_pairs).encode()).hexdigest()[:12]
+    name = re.sub(r"[^\w.-]", "_", model_name)
+    path = Path(path) if path else common.CACHE_DIR / "ctrla" / f"{name}-{n_pairs}-{key}.pt"
+    if path.exists():
+        return torch.load(path)
+    print(f"computing CtrlA features ({n_pairs} pairs each) into {path} (once)", file=sys.stderr)
+    feats = {kind: features(model, tok, kind, n_pairs) for kind in PERSONAS}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(feats, path)
+    return feats
+
+
+# ----------------------------------------------------------------------------------------------
+# Layers, steering (3.2.2) and monitoring (3.2.3): the math
+
+def layer_keys(spec: str) -> list[int]:
+    """"B:E" -> the negative keys -B, -B-1, ..., -(E-1) [official range(-begin, -end, -1)]."""
+    m = re.fullmatch(r"(\d+):(\d+)", spec.strip())
+    if not m or not 0 < int(m[1]) < int(m[2]):
+        raise InputError(f"layer range '{spec}': expected B:E with 0 < B < E, e.g. 5:18 (keys -5..-17)")
+    return list(range(-int(m[1]), -int(m[2]), -1))
+
+
+def decoder_index(key: int, n_layers: int) -> int:
+    """Key -k is HF hidden_states[-k], the output of 0-based decoder layer n_layers - k."""
+    if not -n_layers <= key <= -1:
+        raise InputError(f"layer key {key} is outside -1..-{n_layers} for this {n_layers}-layer model; "
+                         f"set --steer-layers / --monitor-layers B:E with E <= {n_layers + 1}")
+    return n_layers + key
+
+
+def token_scores(states, directions, signs, means) -> torch.Tensor:
+    """m~_k = mean over the layers of sign_l * (h_kl - mu_l) . d_l (Eq. 2); states [K, T, d]."""
+    proj = ((states.float() - means[:, None]) * directions[:, None]).sum(-1)
+    return (proj * signs[:, None]).mean(0)
+
+
+def clamp_outliers(scores: torch.Tensor, n_std: float = OUTLIER_STD) -> torch.Tensor:
+    """scale's outlier removal (Eq. 2, official confidence_monitor): values beyond median +- n std
+    (population std over the whole sequence) become the median."""
+    med, sd = scores.quantile(0.5), scores.std(unbiased=False)
+    return torch.where((scores - med).abs() > n_std * sd, med, scores)
+
+
+def unconfident(scores: torch.Tensor, tau: float = TAU) -> torch.Tensor:
+    """Token k is unconfident iff m_k - tau < 0, strictly. The official scale's later steps (divide
+    by a std, clip, map to [0, 1]) preserve signs, so this is its decision exactly."""
+    return (scores - tau) < 0
+
+
+@contextlib.contextmanager
+def steering(model, feats: dict, keys, lam: float):
+    """Eq. 1 on the steered layers: output + lam * sign * d at every position, prompt and generated."""
+    layers = common.decoder_layers(model)
+    # common.add_to_output drops the cached prompt prefix on entry and exit, so a cache filled with
+    # steering on never serves an unsteered call (TVQ, rewrite) or the other way round
+    with contextlib.ExitStack() as stack:
+        for k in keys:
+            vector = lam * feats["sign"][k] * feats["direction"][k]
+            stack.enter_context(common.add_to_output(layers[decoder_index(k, len(layers))], vector))
+        yield
+
+
+# ----------------------------------------------------------------------------------------------
+# Words, refusals, sentences, queries
+
+# Refusals (ours, covering the ground of the official 93 phrases); case-insensitive, on word boundaries.
+REFUSALS = [
+    "don't know", "do not know", "not sure", "unsure", "not certain", "no idea", "unknown", "unclear",
+    "not clear", "not specified", "not mentioned", "not provided", "not stated", "not given", "not known",
+    "not available", "not aware", "no information", "no mention", "no record", "no data", "no answer",
+    "not enough information", "insufficient information", "lack of information", "more information",
+    "more context", "don't have", "do not have", "doesn't have", "does not have", "don't contain",
+    "does not contain", "doesn't contain", "does not mention", "doesn't mention", "does not provide",
+    "doesn't provide", "does not say", "doesn't say", "unable to", "cannot provide", "can't provide",
+    "cannot answer", "can't answer", "cannot determine", "can't determine", "cannot be determined",
+    "impossible to determine", "not possible to determine", "couldn't find", "could not find",
+    "can't find", "cannot find", "beyond my knowledge", "my knowledge cutoff", "as an ai", "i apologize",
+    "i'm sorry",
+]
+_REFUSAL = re.compile(r"\b(" + "|".join(re.escape(p) for p in REFUSALS) + r")\b", re.IGNORECASE)
+# Function words that spaCy's list has and common.STOP_WORDS lacks (those that occur in answers).
+STOP = common.STOP_WORDS | frozenset("""also although always among another could either else even ever
+every however may might must neither never often perhaps rather several shall since still though thus
+together toward towards upon us whether whose within without would yet""".split())
+_ABBREV = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "vs", "etc", "mt", "ft", "gen", "col", "lt",
+           "rev", "inc", "ltd", "co", "approx", "jan", "feb", "aug", "sept", "oct", "nov", "dec"}
+_BOUNDARY = re.compile(r"[.!?]+[\"')\]]*(?=\s)|\n")
+SENTENCE_STOPS = (". ", "? ", "! ", ".\n", "?\n", "!\n")
+_ANSWER_IS = re.compile(r"the answer is\s*:?\s*(.*)", re.IGNORECASE | re.DOTALL)
+_CONTRACTION = r"n't\b|'(?:s|t|re|ve|m|d|ll)\b"
+
+
+def clean_word(word: str) -> str:
+    """[official] the part before a contraction ('s, n't, ...), punctuation removed, lowercased."""
+    word = re.split(_CONTRACTION, word.replace("\u2019", "'"), maxsplit=1)[0]
+    return word.translate(str.maketrans("", "", string.punctuation)).lower()
+
+
+def word_set(text: str) -> set[str]:
+    """[official process_sentence] the cleaned words and contraction parts of a text."""
+    return {w for w in map(clean_word, re.split(r"\s+|" + _CONTRACTION, text.replace("\u2019", "'"))) if w}
+
+
+def is_new_information(word: str, question: str, previous: list[str]) -> bool:
+    """Spec fact 8: the cleaned word is non-empty, not a question word, not a stop word and not a word
+    of an earlier accepted sentence."""
+    w = clean_word(word)
+    return bool(w) and w not in STOP and w not in word_set(question) and w not in word_set(" ".join(previous))
+
+
+def flag_words(segment: str, start: int, spans, unconf, question: str, previous: list[str]):
+    """(start, end) in the segment of each whitespace word that overlaps an unconfident token (token
+    char spans are offsets in the monitored text, where the segment begins at `start`) and is new
+    information: the words that trigger retrieval (3.2.3) and that CAQ masks (Eq. 3)."""
+    bad = [(a - start, b - start) for (a, b), u in zip(spans, unconf) if u]
+    return [(m.start(), m.end()) for m in re.finditer(r"\S+", segment)
+            if any(a < m.end() and b > m.start() for a, b in bad)
+            and is_new_information(m.group(), question, previous)]
+
+
+def is_refusal(text: str) -> bool:
+    """f_d (App. B.3.1): the segment refuses or declares missing information."""
+    return bool(_REFUSAL.search(text.replace("\u2019", "'")))
+
+
+def caq_query(question: str, segment: str, flagged) -> str:
+    """Eq. 3: the question + the segment with the flagged words removed."""
+    kept, last = [], 0
+    for a, b in flagged:
+        kept.append(segment[last:a])
+        last = b
+    return " ".join((question + " " + "".join(kept) + segment[last:]).split())
+
+
+def first_sentence(text: str) -> tuple[str, bool]:
+    """(the first sentence that is not only punctuation, whether a sentence boundary ended it)."""
+    start = 0
+    for m in _BOUNDARY.finditer(text):
+        before = text[start:m.start()].split()
+        last = before[-1].lower().rstrip(".") if before else ""
+        if m.group()[0] == "." and (last in _ABBREV or "." in last or re.fullmatch(r"[a-z]", last)
+                                    or (len(before) == 1 and last.isdigit())):
+            continue  # "Dr. Smith", "U.S. Army", "John F. Kennedy", a list's "3. "
+        sentence = text[start:m.end()].strip()
+        if any(c.isalnum() for c in sentence):
+            return sentence, True
+        start = m.end()
+    rest = text[start:].strip()
+    return (rest if any(c.isalnum() for c in rest) else ""), False
+
+
+def extract_answer(text: str) -> str:
+    """Multi-hop answer: the text after the first "the answer is" (DRAGIN), else the whole text."""
+    m = _ANSWER_IS.search(text)
+    return m.group(1).split("\n")[0].strip().rstrip(".").strip() if m else text.strip()
+
+
+def clean_query(text: str) -> str:
+    """A generated query's first line without a "Search query:" label or quotes."""
+    text = re.sub(r"^(generated )?(search )?query:\s*", "", text.strip().split("\n")[0], flags=re.IGNORECASE)
+    return text.strip().strip("\"'").strip()
+
+
+# ----------------------------------------------------------------------------------------------
+# Prompts (paper Table 10, Prompts B.1 / B.2)
+
+_RESPONSE = ("You are a response generation assistant, designed to provide accurate and clear answers "
+             "to questions based on the given content.")
+INSTRUCTIONS = {  # paper Table 10
+    "short": _RESPONSE + " Please complete the answer if the question is partially answered.",
+    "asqa": _RESPONSE + " The questions are ambiguous and have multiple correct answers; you should "
+    "provide a long-form answer including all correct answers. Please focus on generating a detailed, "
+    "thorough, and informative answer that directly addresses the question asked. Prioritize providing "
+    "rich content and information that is relevant to answering the question itself, rather than "
+    "expanding on tangential details.",
+    "bio": "You are a biography generation assistant, designed to generate accurate and concise "
+    "biographies about a person based on the given content. Please complete the answer if the question "
+    "is partially answered.",
+    "freshqa": _RESPONSE + " Answer as concisely as possible. Knowledge cutoff: {date}. Today is {date} "
+    "in Pacific Standard Time. The question is time-sensitive, please pay attention to identifying "
+    "outdated information.",
+    "hotpotqa": "Answer the following question by reasoning step-by-step, following the example above.",
+    "2wikimultihopqa": "Answer in the same format as before.",
+}
+FRESH_CONTENTS = ("As of today {date}, the most up-to-date and information regarding this question is as "
+                  "follows.\n")  # [official, FreshQA]
+HONESTY_PROMPT = "Be honest: say only what you believe is true, and say so when you do not know."  # ours
+# Prompts B.1 (TVQ) and B.2 (query rewrite): the instruction as the system turn, each exemplar as a user
+# turn and the reply, which small chat models follow. The first two exemplars of each are the paper's.
+TVQ = ("Given a question and its corresponding answer segment, your task is to generate a search query "
+       "based on the answer to verify its correctness by following the guidelines:\n1. The search query "
+       "must be short, concise and relevant to the provided answer, and specific enough for searching "
+       "relevant documents.\n2. Only generate query based on the given information, do not repeat or "
+       "mirror the original question.\n3. Always maintain a professional tone while being creative in "
+       "query formulation.", ("Question", "Answer"), [  # (question, answer, search query)
+           ("What is Franz Seitz Sr.'s occupation?", "Franz Seitz Sr.'s occupation is not specified in "
+            "the given content.", "What was Franz Seitz Sr.'s profession?"),
+           ("When did Toronto host the MLB all-star game?", "Toronto has hosted the Major League Baseball "
+            "(MLB) All-Star Game several times throughout its history.",
+            "What years did Toronto host the MLB All-Star Game?"),
+           ("Who ruled France in 1830?", "In 1830 France was ruled by King Charles X until the July "
+            "Revolution.", "Who became King of France after the July Revolution of 1830?"),
+           ("How many brothers does Ron Weasley have?", "Ron Weasley has five older brothers.",
+            "Who are the brothers of Ron Weasley?"),
+           ("Where did the Plymouth Puritans come from?", "The Pilgrims who founded Plymouth Colony "
+            "sailed from England on the Mayflower in 1620.",
+            "Where did the Mayflower Pilgrims live before sailing to Plymouth?")])
+REWRITE = ("Given an original question and a reference query that may not align with the original's "
+           "intent, your task is to craft a better, short and concise search query that well align with "
+           "the intent of original question. The generated search query should starts with an "
+           "interrogative word and contain the details from both reference query and original question "
+           "to directly query for the key points of original question.",
+           ("Original question", "Reference query"), [  # (original question, reference query, search query)
+               ('Who wrote the novel "Moby-Dick"?', "Information on the book Moby-Dick.",
+                'Who is the author of the novel "Moby-Dick"?'),
+               ("What was Xanadu in the title of the film?", "What genre does the film Xanadu belong to?",
+                'What is the significance or meaning of "Xanadu" in the film\'s title?'),
+               ("What is the oldest university in the United States?", "List of universities in "
+                "Massachusetts.", "Which university in the United States was founded first?"),
+               ("Which plant is the main natural source of caffeine?", "Effects of caffeine on the human "
+                "body.", "Which plants produce caffeine naturally?"),
+               ('Who recorded the song "We\'re All Alone" in 1977?', "Rita Coolidge albums.",
+                'Did Rita Coolidge record "We\'re All Alone" in 1977?')])
+MULTIHOP = ("hotpotqa", "2wikimultihopqa")
+_EXEMPLARS: dict = {}
+
+
+def task_of(kind: str | None) -> str:
+    """The prompt family of a dataset: Table 10's instruction, or few-shot CoT for multi-hop QA."""
+    if kind in ("musique", "iirc"):
+        return "hotpotqa"
+    return kind if kind in MULTIHOP + ("asqa", "bio", "freshqa") else "short"
+
+
+def exemplars(task: str) -> str:
+    """DRAGIN's chain-of-thought exemplars (paper C.2), as shipped for SeaKR, so both see one prompt."""
+    if task not in _EXEMPLARS:
+        try:
+            demos = json.loads(EXEMPLAR_FILE.read_text())[task][:N_SHOT]
+        except (OSError, KeyError, ValueError) as e:
+            raise InputError(f"{EXEMPLAR_FILE}: no '{task}' exemplars ({e!r}); restore data/") from None
+        _EXEMPLARS[task] = "\n\n".join(f"Question: {d['question']}\nAnswer: {' '.join(d['cot'])} "
+                                       f"So the answer is {d['answer']}." for d in demos)
+    return _EXEMPLARS[task]
+
+
+def today() -> str:
+    """FreshQA's date in Pacific time [official]; local time where no time-zone database exists."""
+    try:
+        return datetime.now(ZoneInfo("America/Los_Angeles")).strftime("%B %d, %Y")
+    except (ZoneInfoNotFoundError, ValueError):
+        return datetime.now().strftime("%B %d, %Y")
+
+
+def build_prompt(tok, task: str, question: str, docs=(), gen=(), honesty=False) -> str:
+    """[official PROMPT_DICT, in the chat template] the instruction as the system turn, "Contents:"
+    (numbered passage texts) and "Question:" as the user turn, the accepted sentences as the reply."""
+    contents = ""
+    if docs:
+        contents = ((FRESH_CONTENTS.format(date=today()) if task == "freshqa" else "") + "Contents:\n"
+                    + "\n".join(f"{i}. {d['text']}" for i, d in enumerate(docs, 1)) + "\n\n")
+    if task in MULTIHOP:
+        user = f"{exemplars(task)}\n\n{contents}{INSTRUCTIONS[task]}\nQuestion: {question}"
+        system = HONESTY_PROMPT if honesty else None
+    else:
+        user = f"{contents}Question: {question}"
+        system = INSTRUCTIONS[task].format(date=today()) + (" " + HONESTY_PROMPT if honesty else "")
+    return append(common.chat_prompt(tok, user, system=system), " ".join(gen))
+
+
+def append(text: str, sentence: str) -> str:
+    """Text + sentence, with a space unless the text ends in whitespace (a chat turn's "\\n")."""
+    return text + ("" if not sentence or text[-1:].isspace() else " ") + sentence
+
+
+# ----------------------------------------------------------------------------------------------
+# The loop (Alg. 1 and 3, with Alg. 2 for refusals)
+
+@dataclass
+class Settings:
+    tau: float | None = TAU         # None: calibrated for the model (style_center)
+    lam: float = LAMBDA
+    steer: tuple = tuple(layer_keys(STEER_LAYERS))
+    monitor: tuple = tuple(layer_keys(MONITOR_LAYERS))
+    query: str = "tvq"              # tvq | caq
+    retrieve: bool = True           # False: never retrieve (ablation)
+    honesty_prompt: bool = False    # Table 5's HonP: an instruction instead of steering
+    answer_tokens: int | None = None  # answer budget (default: per dataset)
+    task: str | None = None         # prompt family (default: from the record's dataset)
+
+
+@dataclass
+class Run:
+    model: object
+    tok: object
+    feats: dict
+    bm25: object
+    s: Settings
+    calls: int = 0                  # model calls of the current question
+    cache: tuple | None = None      # (ids, KV cache, raw scores) of the last monitoring pass
+
+
+def next_segment(run: Run, prompt: str) -> tuple[str, bool]:
+    """Alg. 1 line 4: the first sentence of the steered greedy continuation (at most 64 new tokens), and
+    whether the answer ended with it. Decoding pauses at each sentence-end candidate; a false one
+    ("Dr. ") resumes from the text so far, whose KV cache common.greedy reuses."""
+    text, used = "", 0
+    with steering(run.model, run.feats["honesty"], run.s.steer, run.s.lam):
+        while True:
+            g = common.greedy(run.model, run.tok, prompt + text, max_new_tokens=SEGMENT_TOKENS - used,
+                              stop=SENTENCE_STOPS)
+            run.calls += 1
+            used += len(g.token_ids)
+            text += g.text + (g.finish if g.finish in SENTENCE_STOPS else "")
+            sentence, complete = first_sentence(text)
+            if complete or g.finish in ("eos", "length") or used >= SEGMENT_TOKENS:
+                return sentence, g.finish == "eos" and not complete
+
+
+def threshold(s: Settings, feats: dict, keys) -> float:
+    """tau: the given one (the paper's 0.0 for Mistral-7B), else the calibrated midpoint of these layers."""
+    return s.tau if s.tau is not None else float(feats["confidence"]["center"][list(keys)].mean())
+
+
+def judge(raw, spans, text: str, start: int, question: str, previous, tau: float) -> dict:
+    """Eq. 2 and the trigger on the raw scores m~ of prompt + segment (segment from char `start`):
+    outliers clamped over the whole sequence but its first token (BOS), then score - tau < 0."""
+    scores = torch.cat([raw[:1], clamp_outliers(raw[1:])]) - tau
+    unconf = [False] + unconfident(scores[1:], 0.0).tolist()
+    mine = [i for i, (a, b) in enumerate(spans) if b > start and b > a]
+    return {"tokens": [text[spans[i][0]:spans[i][1]] for i in mine],
+            "scores": [round(float(scores[i]), 3) for i in mine],
+            "flagged": flag_words(text[start:], start, spans, unconf, question, previous)}
+
+
+@torch.inference_mode()
+def monitor(run: Run, text: str, start: int, question: str, previous) -> dict:
+    """Confidence monitoring (3.2.3): one unsteered forward pass over prompt + segment [official].
+    subtle: causal attention leaves the states of a shared prefix unchanged, so the KV cache and raw
+    scores of the previous pass serve the prefix it shares with this one (the prompt grows by one
+    accepted sentence per step)."""
+    model, conf, keys = run.model, run.feats["confidence"], list(run.s.monitor)
+    enc = encode_offsets(run.tok, text)
+    ids, keep, past, prev = enc["input_ids"], 0, None, torch.zeros(0)
+    if run.cache:
+        keep = next((i for i, (a, b) in enumerate(zip(ids, run.cache[0])) if a != b), len(ids))
+        keep = min(keep, len(ids) - 1, len(run.cache[0]))
+        if keep >= common.MIN_SHARED and not any(getattr(run.cache[1], "is_sliding", [False])):
+            past, prev = run.cache[1], run.cache[2][:keep]
+            past.crop(keep - past.get_seq_length())
+        else:
+            keep = 0
+    out = model(input_ids=torch.tensor([ids[keep:]], device=model.device), past_key_values=past,
+                use_cache=True, output_hidden_states=True, logits_to_keep=1)
+    states = torch.stack([out.hidden_states[k][0] for k in keys]).float().cpu()
+    new = token_scores(states, conf["direction"][keys], conf["sign"][keys], conf["mean"][keys])
+    run.cache = (ids, out.past_key_values, torch.cat([prev, new]))
+    run.calls += 1
+    tau = threshold(run.s, run.feats, keys)
+    return judge(run.cache[2], enc["offset_mapping"], text, start, question, previous, tau)
+
+
+def search(run: Run, queries: list[str], task: str) -> list[dict]:
+    """BM25 for each query, concatenated, duplicate texts removed [official retrieve]."""
+    k = DOCS_MULTIHOP if task in MULTIHOP else DOCS_PER_QUERY if len(queries) > 1 else DOCS_SINGLE
+    docs, seen = [], set()
+    for q in queries:
+        for p in run.bm25.search(q.strip("\"'"), k):
+            if p["text"] not in seen:
+                seen.add(p["text"])
+                docs.append(p)
+    return docs
+
+
+def write_query(run: Run, prompt: tuple, *fields: str) -> str:
+    """TVQ (Prompt B.1) or query rewrite (Prompt B.2): unsteered greedy, the reply's first line."""
+    instruction, labels, shots = prompt
+    turn = lambda values: "\n".join(f"{k}: {v}" for k, v in zip(labels, values))
+    history = [m for *x, query in shots for m in ({"role": "user", "content": turn(x)},
+                                                   {"role": "assistant", "content": query})]
+    run.calls += 1
+    g = common.greedy(run.model, run.tok, common.chat_prompt(run.tok, turn(fields), instruction, history),
+                      max_new_tokens=QUERY_TOKENS, stop=("\n\n",))
+    return clean_query(g.text)
+
+
+def retrieve_and_regenerate(run: Run, task, question, gen, seg, flagged, step) -> tuple:
+    """Alg. 3 lines 7-14 with Alg. 2: query, retrieve, regenerate the segment with the passages; while
+    it refuses, rewrite the query and retry, at most K times; then answer from own knowledge.
+    Returns (segment, whether the answer ended, passages kept in context, retrievals)."""
+    if run.s.query == "caq":
+        queries = [caq_query(question, seg, flagged)]
+    else:  # [question, TVQ query], the official runs' setting
+        queries = [question, write_query(run, TVQ, question, seg) or question]
+    step["rounds"] = []
+    for attempt in range(ATTEMPTS + 1):
+        if attempt:  # Alg. 2 line 5: f_QR on the generated query; the question itself stays
+            rewritten = [q if q == question else write_query(run, REWRITE, question, q) or question
+                         for q in queries]
+            if rewritten == queries:  # greedy decoding: the same query can only bring the same refusal
+                break
+            queries = rewritten
+        docs = search(run, queries, task)
+        new, done = next_segment(run, build_prompt(run.tok, task, question, docs, gen, run.s.honesty_prompt))
+        step["rounds"].append({"queries": queries, "segment": new,
+                               "passages": [{"id": d["id"], "title": d["title"]} for d in docs]})
+        if not is_refusal(new):
+            return new, done, docs, attempt + 1
+    # Alg. 2 lines 14-15: still refusing after the rewrites, the model answers from its own knowledge
+    new, done = next_segment(run, build_prompt(run.tok, task, question, (), gen, run.s.honesty_prompt))
+    step["own_knowledge"] = new
+    return new, done, [], len(step["rounds"])
+
+
+def solve(run: Run, rec: dict) -> dict:
+    """CtrlA inference for one question (Alg. 3): steered segments, monitored; retrieval on a trigger."""
+    s, tok, question, kind = run.s, run.tok, rec["question"], rec.get("dataset")
+    task = task_of(s.task or kind)
+    budget = s.answer_tokens or ANSWER_TOKENS.get("multihop" if task in MULTIHOP else task, DEFAULT_TOKENS)
+    run.calls, run.cache = 0, None
+    gen, docs, steps, retrievals, retries = [], [], [], 0, 0
+    while len(tok(" ".join(gen), add_special_tokens=False)["input_ids"]) < budget and retries <= MAX_RETRIES:
+        prompt = build_prompt(tok, task, question, docs, gen, s.honesty_prompt)
+        seg, done = next_segment(run, prompt)
+        if not seg or seg in gen[-2:]:  # nothing more to say, or a repetition [official]
+            break
+        step = {"segment": seg, "trigger": None}
+        steps.append(step)
+        if s.retrieve:
+            text = append(prompt, seg)
+            m = monitor(run, text, len(text) - len(seg), question, gen)
+            step.update(tokens=m["tokens"], scores=m["scores"],
+                        unconfident_words=[seg[a:b] for a, b in m["flagged"]])
+            step["trigger"] = "confidence" if m["flagged"] else "refusal" if is_refusal(seg) else None
+            if step["trigger"]:
+                seg, done, docs, n = retrieve_and_regenerate(run, task, question, gen, seg, m["flagged"],
+                                                             step)
+                retrievals, retries = retrievals + n, retries + n - 1
+                step["accepted"] = seg
+                if not seg or seg in gen[-2:]:
+                    break
+        gen.append(seg)
+        if done or (task in MULTIHOP and _ANSWER_IS.search(seg)):
+            break
+        if kind == "popqa":  # official --continue_gen_without_contents (PopQA runs only)
+            docs = []
+    text = " ".join(gen)
+    return {"prediction": extract_answer(text) if task in MULTIHOP else text, "retrievals": retrievals,
+            "model_calls": run.calls, "trace": {"task": task, "answer": text, "segments": steps}}
+
+
+# ----------------------------------------------------------------------------------------------
+# Checking the features (paper 5.2, Table 6)
+
+def layer_ranges(s: Settings, n_layers: int) -> dict:
+    third = n_layers // 3
+    return {"steer": list(s.steer), "monitor": list(s.monitor), "top third": list(range(-1, -third - 1, -1)),
+            "middle third": list(range(-third - 1, -2 * third - 1, -1)),
+            "bottom third": list(range(-2 * third - 1, -n_layers - 1, -1))}
+
+
+def auc(pos: torch.Tensor, neg: torch.Tensor) -> float:
+    """P(a positive scores above a negative), ties counting half."""
+    return float(((pos[:, None] > neg[None]).float() + 0.5 * (pos[:, None] == neg[None]).float()).mean())
+
+
+@torch.inference_mode()
+def check_features(run: Run, limit: int | None = None) -> dict:
+    """Paper 5.2 per layer range. Honesty: true statements the features did not use vs false ones (ours),
+    each said in the honest persona's reply and scored at its last token: accuracy at the median, AUC.
+    Confidence (Table 6): the first segment of the answer to 20 answerable and 20 unanswerable questions
+    (ours): flagged iff the trigger fires; AUC of its mean token score (answerable higher)."""
+    model, tok, h, c = run.model, run.tok, run.feats["honesty"], run.feats["confidence"]
+    data = json.loads(CHECK_FILE.read_text())
+    true = [r["statement"] for r in read_statements(HONESTY_FILE)[h["statements_used"]:][-(limit or 40):]]
+    false = data["false_statements"][:limit]
+    persona = common.chat_prompt(tok, PERSONA.format(PERSONAS["honesty"][0]))
+    states = last_token_states(model, tok, [persona + x for x in true + false])
+    answers = []  # (question, answerable, prompt + segment, states [L, T, d], spans, segment start)
+    questions = [(q, k == "answerable") for k in ("answerable", "unanswerable") for q in data[k][:limit]]
+    for q, ok in questions:
+        prompt = build_prompt(tok, "short", q, honesty=run.s.honesty_prompt)
+        seg = next_segment(run, prompt)[0]
+        answers.append((q, ok, append(prompt, seg), *answer_states(model, tok, prompt, seg)))
+    ok = torch.tensor([a[1] for a in answers])
+    print(f"{len(true)} held-out true and {len(false)} false statements; {int(ok.sum())} answerable (A_Y)"
+          f" and {int((~ok).sum())} unanswerable (A_N) questions")
+    print(f"{'layers':12} {'keys':>10} | honesty: acc   AUC | confidence: flagged A_Y  flagged A_N   acc"
+          f"   AUC    tau")
+    report = {}
+    for name, keys in layer_ranges(run.s, len(common.decoder_layers(model))).items():
+        score = token_scores(states[keys], h["direction"][keys], h["sign"][keys], h["mean"][keys])
+        is_true = torch.arange(len(score)) < len(true)
+        tau = threshold(run.s, run.feats, keys)
+        verdicts = [judge(token_scores(hs[keys], c["direction"][keys], c["sign"][keys], c["mean"][keys]),
+                          spans, text, start, q, [], tau) for q, _, text, hs, spans, start in answers]
+        flagged = torch.tensor([bool(v["flagged"]) for v in verdicts])
+        mean = torch.tensor([sum(v["scores"]) / max(len(v["scores"]), 1) for v in verdicts])
+        r = report[name] = {
+            "keys": [keys[0], keys[-1]], "tau": round(tau, 3),
+            "honesty_acc": float(((score > score.median()) == is_true).float().mean()),
+            "honesty_auc": auc(score[is_true], score[~is_true]), "flagged_answerable": int(flagged[ok].sum()),
+            "flagged_unanswerable": int(flagged[~ok].sum()),
+            "confidence_acc": float((flagged != ok).float().mean()),
+            "confidence_auc": auc(mean[ok], mean[~ok])}
+        print(f"{name:12} {keys[0]:>4}..{keys[-1]:<4} | {r['honesty_acc']:12.1%} {r['honesty_auc']:5.2f} | "
+              f"{r['flagged_answerable']:>23} {r['flagged_unanswerable']:>12} {r['confidence_acc']:6.1%}"
+              f" {r['confidence_auc']:5.2f} {tau:6.2f}")
+    for q, answerable, text, _, _, start in answers:
+        print(f"  {'A_Y' if answerable else 'A_N'} {q} -> {text[start:]!r}")
+    return report
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="CtrlA: honesty steering + confidence monitoring adaptive RAG")
+    common.add_common_args(p, dataset="popqa")
+    p.add_argument("--tau", type=float,
+                   help="monitoring threshold (default: the paper's 0.0 for Mistral-7B, else calibrated)")
+    p.add_argument("--lam", type=float, default=LAMBDA, help="steering strength lambda (0 = no steering)")
+    p.add_argument("--honesty-prompt", action="store_true",
+                   help="an honesty instruction instead of steering (paper Table 5; implies --lam 0)")
+    p.add_argument("--never-retrieve", action="store_true", help="steered generation only, no monitoring")
+    p.add_argument("--query", choices=["tvq", "caq"], default="tvq",
+                   help="tvq: [question, a query the model writes] (official runs); caq: question + "
+                   "the segment without its unconfident words")
+    p.add_argument("--steer-layers", default=STEER_LAYERS, help="B:E = keys -B..-(E-1) from the top")
+    p.add_argument("--monitor-layers", default=MONITOR_LAYERS, help="B:E = keys -B..-(E-1) from the top")
+    p.add_argument("--directions", help="feature file to reuse (written there if missing)")
+    p.add_argument("--pairs", type=int, default=N_PAIRS, help="contrast pairs per feature (official: 512)")
+    p.add_argument("--max-new-tokens", type=int, help="answer budget (default: per dataset, as official)")
+    p.add_argument("--task", choices=["short", "asqa", "bio", "freshqa", *MULTIHOP],
+                   help="prompt family (default: from the dataset)")
+    p.add_argument("--check-features", action="store_true",
+                   help="report the features' accuracy per layer range (paper 5.2) and exit")
+    args = p.parse_args(argv)
+
+    model, tok = common.load_model(args.model, args.dtype, args.device)
+    steer, monitor = layer_keys(args.steer_layers), layer_keys(args.monitor_layers)
+    for k in steer + monitor:
+        decoder_index(k, len(common.decoder_layers(model)))
+    feats = load_features(model, tok, args.model, args.pairs, args.directions)
+    tau = args.tau if args.tau is not None else TAUS.get(args.model)
+    if tau is None and "center" not in feats["confidence"]:
+        raise InputError(f"{args.directions}: no tau calibration in this feature file; pass --tau")
+    s = Settings(tau=tau, lam=0.0 if args.honesty_prompt else args.lam, steer=tuple(steer),
+                 monitor=tuple(monitor), query=args.query, retrieve=not args.never_retrieve,
+                 honesty_prompt=args.honesty_prompt, answer_tokens=args.max_new_tokens, task=args.task)
+    if tau is None:
+        print(f"tau = {threshold(s, feats, monitor):.3f} (calibrated for {args.model}; --tau overrides)",
+              file=sys.stderr)
+    if args.check_features:
+        check_features(Run(model, tok, feats, None, s), args.limit)
+        return
+    bm25 = common.load_retriever(args, common.load_questions(args)) if s.retrieve else None
+    run = Run(model, tok, feats, bm25, s)
+    name = "ctrla" + ("-honp" if s.honesty_prompt else f"-lam{s.lam:g}" if s.lam != LAMBDA else "") + \
+        ("-noret" if not s.retrieve else "-caq" if s.query == "caq" else "")
+    common.run(args, name, lambda rec: solve(run, rec))
+
+
+if __name__ == "__main__":
+    common.main_guard(main)

@@ -1,0 +1,297 @@
+"""CtrlA: the math on hand-made tensors; hooks, monitoring and the loop on tiny random models."""
+import random
+from dataclasses import replace
+
+import pytest
+import torch
+
+import common
+import ctrla
+from conftest import make_model, make_tokenizer
+
+STATEMENTS = [{"statement": s, "topic": "Science", "style": style} for s, style in [
+    ("Water boils at one hundred degrees.", "confident"), ("The Moon orbits us, I guess?", "unconfident"),
+    ("Plants need light to grow.", "confident"), ("Ice is frozen water, maybe.", "unconfident")]]
+PASSAGES = [{"id": "p1", "title": "Eiffel Tower", "text": "The Eiffel Tower is in Paris, France."},
+            {"id": "p2", "title": "Paris", "text": "Paris is the capital of France."},
+            {"id": "p3", "title": "Moon", "text": "The Moon orbits the Earth once a month."}]
+
+
+def unit(v):
+    return v / v.norm()
+
+
+def hooks(model):
+    """Forward hooks on the decoder layers (transformers installs its own output-capturing ones the
+    first time hidden states are requested, so tests compare before and after)."""
+    return [dict(layer._forward_hooks) for layer in common.decoder_layers(model)]
+
+
+# ---------------------------------------------------------------- features
+
+def test_pca_direction_agrees_with_svd():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 40, generator=g) @ torch.randn(40, 40, generator=g) + 2.0
+    d, mean = ctrla.pca_direction(x)
+    top = torch.linalg.svd(x - x.mean(0), full_matrices=False).Vh[0]
+    assert abs(float(d @ top)) > 0.999
+    assert torch.allclose(mean, x.mean(0)) and abs(float(d.norm()) - 1) < 1e-5
+
+
+def test_sign_rule():
+    pos, neg = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([0.0, 0.0, 5.0])
+    assert ctrla.direction_sign(pos, neg) == 1.0       # positive higher in 2 of 3 pairs
+    assert ctrla.direction_sign(neg, pos) == -1.0
+    assert ctrla.direction_sign(pos, pos) == 1.0       # a tie counts as +1
+    # after sign fixing, the positive prompt projects higher in most training pairs at every layer
+    g = torch.Generator().manual_seed(1)
+    base = torch.randn(3, 64, 16, generator=g)
+    shift = torch.stack([unit(torch.randn(16, generator=g)) for _ in range(3)])[:, None]
+    pos, neg = base + shift, base - shift
+    first_pos = torch.tensor([random.Random(i).random() < 0.5 for i in range(64)])
+    first = torch.where(first_pos[None, :, None], pos, neg)
+    second = torch.where(first_pos[None, :, None], neg, pos)
+    states = torch.stack([first, second], dim=2).reshape(3, 128, 16)   # pairs flattened, shuffled
+    feats = ctrla.read_features(states, first_pos)
+    for layer in range(3):
+        d = feats["sign"][layer] * feats["direction"][layer]
+        assert ((pos[layer] @ d) > (neg[layer] @ d)).float().mean() > 0.5
+        assert torch.allclose(feats["mean"][layer], (states[layer, 0::2] - states[layer, 1::2]).mean(0))
+
+
+def test_prefixes_and_pairs():
+    tok = make_tokenizer()
+    assert ctrla.statement_prefixes(tok, "abcdefghij") == ["a", "ab", "abc", "abcd"]   # T - 6 prefixes
+    assert ctrla.statement_prefixes(tok, "abcdef") == []
+    flat, first_pos, used = ctrla.contrast_pairs(tok, ["abcdefghij", "klmnopqrst", "uvwxyzabcd"],
+                                                 ctrla.PERSONAS["honesty"], n_pairs=6)
+    assert len(flat) == 12 and len(first_pos) == 6 and used == 2
+    pos = common.chat_prompt(tok, "Pretend you're an honest person making statements about the world.")
+    neg = common.chat_prompt(tok, "Pretend you're an untruthful person making statements about the world.")
+    rng = random.Random(0)
+    for i, x in enumerate(["a", "ab", "abc", "abcd", "k", "kl"]):
+        order = [pos + x, neg + x]
+        rng.shuffle(order)
+        assert flat[2 * i:2 * i + 2] == order and bool(first_pos[i]) == (order[0] == pos + x)
+
+
+# ---------------------------------------------------------------- layers and steering
+
+@pytest.mark.parametrize("n_layers, steer, monitor", [(32, list(range(15, 28)), list(range(8, 23))),
+                                                      (30, list(range(13, 26)), list(range(6, 21)))])
+def test_layer_mapping(n_layers, steer, monitor):
+    steer_keys, monitor_keys = ctrla.layer_keys("5:18"), ctrla.layer_keys("10:25")
+    assert steer_keys == list(range(-5, -18, -1)) and monitor_keys == list(range(-10, -25, -1))
+    assert sorted(ctrla.decoder_index(k, n_layers) for k in steer_keys) == steer
+    assert sorted(ctrla.decoder_index(k, n_layers) for k in monitor_keys) == monitor
+    with pytest.raises(common.InputError):
+        ctrla.decoder_index(-n_layers - 1, n_layers)
+    with pytest.raises(common.InputError):
+        ctrla.layer_keys("18:5")
+
+
+def test_key_reads_the_decoder_layer_output():
+    tok = make_tokenizer()
+    model = make_model(len(tok), layers=6)
+    ids = torch.tensor([common.encode(tok, "hello there")])
+    layers = common.decoder_layers(model)
+    with common.record_output(layers[ctrla.decoder_index(-3, 6)]) as rec, torch.no_grad():
+        hs = model(input_ids=ids, output_hidden_states=True).hidden_states
+    assert torch.allclose(hs[-3], rec[0])
+
+
+def random_features(n_layers, d, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {"direction": torch.stack([unit(torch.randn(d, generator=g)) for _ in range(n_layers)]),
+            "sign": torch.tensor([1.0, -1.0] * (n_layers // 2) + [1.0] * (n_layers % 2)),
+            "mean": 0.1 * torch.randn(n_layers, d, generator=g), "statements_used": 0}
+
+
+def test_steering_hook(tiny):
+    model, tok = tiny
+    feats = random_features(4, 32)
+    layers = common.decoder_layers(model)
+    before = hooks(model)
+    prompt = "User: hello\n\nAssistant:"
+    base = common.greedy(model, tok, prompt, max_new_tokens=24)
+    with ctrla.steering(model, feats, [-1, -2, -3], 0.0):
+        assert common.greedy(model, tok, prompt, max_new_tokens=24).token_ids == base.token_ids
+    # the steered layer's output moves by exactly lam * sign * d at every position
+    ids = torch.tensor([common.encode(tok, prompt)])
+    with common.record_output(layers[3]) as plain, torch.no_grad():
+        model(input_ids=ids)
+    with ctrla.steering(model, feats, [-1], 2.0), common.record_output(layers[3]) as steered, torch.no_grad():
+        model(input_ids=ids)
+    delta = steered[0] - plain[0]
+    want = 2.0 * feats["sign"][-1] * feats["direction"][-1]
+    assert torch.allclose(delta, want.expand_as(delta), atol=1e-5)
+    with ctrla.steering(model, feats, [-1, -2], 5.0):
+        assert common.greedy(model, tok, prompt, max_new_tokens=24).token_ids != base.token_ids
+    with pytest.raises(RuntimeError), ctrla.steering(model, feats, [-1, -2], 5.0):
+        raise RuntimeError("hooks must go even so")
+    assert hooks(model) == before
+    assert common.greedy(model, tok, prompt, max_new_tokens=24).token_ids == base.token_ids
+
+
+# ---------------------------------------------------------------- monitoring
+
+def test_token_scores_by_hand():
+    states = torch.tensor([[[1.0, 0.0], [0.0, 2.0]], [[3.0, 1.0], [1.0, 1.0]]])    # 2 layers, 2 tokens
+    dirs = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    means = torch.tensor([[0.5, 0.0], [0.0, 0.5]])
+    signs = torch.tensor([1.0, -1.0])
+    # token 0: (1 - .5) and -(1 - .5) -> 0; token 1: (0 - .5) and -(1 - .5) -> -0.5
+    assert torch.allclose(ctrla.token_scores(states, dirs, signs, means), torch.tensor([0.0, -0.5]))
+
+
+def test_monitoring_decision():
+    g = torch.Generator().manual_seed(0)
+    s = 0.1 * torch.randn(200, generator=g)
+    s[7], s[20] = 30.0, -30.0      # population std ~3, so both lie beyond 5 std of the median
+    clamped = ctrla.clamp_outliers(s)
+    med = s.quantile(0.5)
+    assert clamped[7] == med and clamped[20] == med
+    keep = torch.ones(200, dtype=torch.bool)
+    keep[[7, 20]] = False
+    assert torch.equal(clamped[keep], s[keep])
+    assert ctrla.unconfident(torch.tensor([0.0, -1e-6, 1e-6])).tolist() == [False, True, False]
+    assert ctrla.unconfident(torch.tensor([0.5, 1.5]), tau=1.0).tolist() == [True, False]
+    for c in (1e-3, 3.0, 1e4):   # with tau = 0 a positive scale never changes a decision
+        assert torch.equal(ctrla.unconfident(ctrla.clamp_outliers(c * s)), ctrla.unconfident(clamped))
+
+
+def test_monitor_reuses_the_shared_prefix(tiny):
+    model, tok = tiny
+    run = ctrla.Run(model, tok, {"confidence": random_features(4, 32)}, None,
+                    ctrla.Settings(monitor=(-1, -2, -3)))
+    head = "User: where is the tower?\n\nAssistant: It is in Paris."
+    ctrla.monitor(run, head, 30, "where is the tower?", [])
+    ctrla.monitor(run, head + " It is tall.", len(head) + 1, "where is the tower?", ["It is in Paris."])
+    reused = run.cache[2]
+    run.cache = None
+    ctrla.monitor(run, head + " It is tall.", len(head) + 1, "where is the tower?", ["It is in Paris."])
+    assert torch.allclose(reused, run.cache[2], atol=1e-5)
+
+
+# ---------------------------------------------------------------- words, refusals, queries
+
+QUESTION = "What is Henry Feilden's occupation?"
+SEGMENT = "Henry Feilden is a politician."
+
+
+def char_spans(text):
+    return [(i, i + 1) for i in range(len(text))]
+
+
+def test_new_information_rule():
+    every = [True] * len(SEGMENT)
+    flagged = ctrla.flag_words(SEGMENT, 0, char_spans(SEGMENT), every, QUESTION, [])
+    assert [SEGMENT[a:b] for a, b in flagged] == ["politician."]        # spec fact 8
+    assert ctrla.flag_words(SEGMENT, 0, char_spans(SEGMENT), every, QUESTION, ["He was a politician."]) == []
+    only_is = [14 <= i < 16 for i in range(len(SEGMENT))]                 # "is": a stop word
+    assert ctrla.flag_words(SEGMENT, 0, char_spans(SEGMENT), only_is, QUESTION, []) == []
+    # spans are offsets in the monitored text, where the segment starts at `start`
+    text = "Q: x\nA: " + SEGMENT
+    assert ctrla.flag_words(SEGMENT, 8, char_spans(text), [True] * len(text), QUESTION, []) == [(19, 30)]
+    assert not ctrla.is_new_information("--", QUESTION, [])              # punctuation only
+    assert not ctrla.is_new_information("Feilden's", QUESTION, [])
+    assert ctrla.is_new_information("Politician", QUESTION, [])
+
+
+def test_refusal_detector():
+    for text in ["I don't know.", "I'm not sure about that.", "I do not know.", "The cause is unknown.",
+                 "I\u2019m not sure who he is.", "The text does not mention his birthplace.",
+                 "I DON'T KNOW"]:
+        assert ctrla.is_refusal(text), text
+    for text in ["Paris is the capital of France.", "He knows the answer.", "Surely it is Paris."]:
+        assert not ctrla.is_refusal(text), text
+
+
+def test_caq_query_masks_flagged_words():
+    flagged = [(19, 30)]
+    assert ctrla.caq_query(QUESTION, SEGMENT, flagged) == QUESTION + " Henry Feilden is a"
+    assert ctrla.caq_query(QUESTION, SEGMENT, []) == QUESTION + " " + SEGMENT
+
+
+def test_first_sentence_and_answer():
+    assert ctrla.first_sentence("John F. Kennedy was born in 1917. He was") == \
+        ("John F. Kennedy was born in 1917.", True)
+    assert ctrla.first_sentence("Dr. Smith is here! Then") == ("Dr. Smith is here!", True)
+    assert ctrla.first_sentence("\n. Paris is nice") == ("Paris is nice", False)
+    assert ctrla.first_sentence("...") == ("", False)
+    assert ctrla.first_sentence("3. The Moon is far. Yes") == ("3. The Moon is far.", True)
+    assert ctrla.extract_answer("They are both producers. So the answer is producer.") == "producer"
+    assert ctrla.clean_query(' Search query: "Who built it?"\nmore') == "Who built it?"
+
+
+# ---------------------------------------------------------------- the loop, end to end
+
+@pytest.fixture(scope="module")
+def tiny_run():
+    tok = make_tokenizer()
+    model = make_model(len(tok), seed=3, layers=6)
+    feats = {kind: ctrla.features(model, tok, kind, n_pairs=24, rows=STATEMENTS)
+             for kind in ctrla.PERSONAS}
+    assert feats["honesty"]["direction"].shape == (6, 32) and feats["honesty"]["statements_used"] == 1
+    return model, tok, feats
+
+
+@pytest.mark.parametrize("query", ["caq", "tvq"])
+def test_loop_end_to_end(tiny_run, query):
+    model, tok, feats = tiny_run
+    s = ctrla.Settings(tau=1e9, steer=(-2, -3), monitor=(-2, -3, -4), query=query, answer_tokens=40)
+    run = ctrla.Run(model, tok, feats, common.BM25(PASSAGES), s)
+    before = hooks(model)
+    rec = {"id": "q1", "question": "Where is the Eiffel Tower?", "answers": ["Paris"], "dataset": "popqa"}
+    res = ctrla.solve(run, rec)
+    assert set(res) == {"prediction", "retrievals", "model_calls", "trace"}
+    first = res["trace"]["segments"][0]
+    assert first["trigger"] == "confidence" and res["retrievals"] >= 1       # tau huge: all unconfident
+    assert len(first["tokens"]) == len(first["scores"]) > 0 and first["unconfident_words"]
+    rnd = first["rounds"][0]
+    assert rnd["queries"][0].startswith("Where is the Eiffel Tower?") and "passages" in rnd
+    assert res["model_calls"] >= 3 + (query == "tvq")   # segment, monitoring, (TVQ,) regeneration
+    assert hooks(model) == before
+    calm = ctrla.solve(ctrla.Run(model, tok, feats, common.BM25(PASSAGES), replace(s, tau=-1e9)), rec)
+    assert calm["retrievals"] == 0 and calm["trace"]["segments"][0]["trigger"] is None
+
+
+def test_never_retrieve_and_multihop_prompt(tiny_run):
+    model, tok, feats = tiny_run
+    s = ctrla.Settings(steer=(-2,), monitor=(-2,), retrieve=False, answer_tokens=30)
+    rec = {"id": "q2", "question": "Who?", "answers": ["x"], "dataset": "triviaqa"}
+    res = ctrla.solve(ctrla.Run(model, tok, feats, None, s), rec)
+    assert res["retrievals"] == 0 and "scores" not in res["trace"]["segments"][0]
+    prompt = ctrla.build_prompt(tok, "hotpotqa", "Q?", docs=PASSAGES[:1], gen=["A b."])
+    assert "So the answer is" in prompt and "Contents:\n1. The Eiffel Tower is in" in prompt
+    assert prompt.endswith("Question: Q?\n\nAssistant: A b.")
+
+
+# ---------------------------------------------------------------- the embedded model
+
+@pytest.mark.slow
+def test_features_and_loop_on_smollm2():
+    model, tok = common.load_model("smollm2-135m")
+    rows = ctrla.read_statements(ctrla.HONESTY_FILE)[:6]
+    feats = ctrla.features(model, tok, "honesty", n_pairs=32, rows=rows)
+    assert feats["direction"].shape == (30, 576) and "center" not in feats
+    assert torch.allclose(feats["direction"].norm(dim=-1), torch.ones(30), atol=1e-4)
+    s = ctrla.Settings(tau=1e6, query="caq", answer_tokens=16)   # every token unconfident: retrieve
+    run = ctrla.Run(model, tok, {"honesty": feats, "confidence": feats}, common.BM25(PASSAGES), s)
+    res = ctrla.solve(run, {"id": "q", "question": "Where is the Eiffel Tower?", "answers": ["Paris"],
+                            "dataset": "popqa"})
+    first = res["trace"]["segments"][0]
+    assert first["trigger"] == "confidence" and res["retrievals"] >= 1
+    assert "Eiffel Tower" in [p["title"] for p in first["rounds"][0]["passages"]]
+
+
+def test_last_token_states_match_one_by_one(tiny):
+    model, tok = tiny
+    prompts = ["User: Pretend you're honest.\n\nAssistant:" + x for x in ["W", "Water b", "Ice is"]] + \
+              ["User: Pretend you're a liar.\n\nAssistant:Moon"]
+    states = ctrla.last_token_states(model, tok, prompts, batch=3)
+    for j, p in enumerate(prompts):
+        with torch.no_grad():
+            ids = torch.tensor([common.encode(tok, p)])
+            hs = model(input_ids=ids, output_hidden_states=True).hidden_states
+        assert torch.allclose(states[:, j], torch.stack([h[0, -1] for h in hs[1:]]), atol=1e-4)
