@@ -1,0 +1,356 @@
+"""Rowen: the spec's facts (shared/specs/rowen.md section 10), scripted pipelines with hand-computed
+scores, batching and call counts, and the loop on tiny random models."""
+import argparse
+import json
+
+import pytest
+
+import common
+import rowen
+from conftest import make_model
+
+CORPUS = [{"id": f"p{i}", "title": t, "text": x} for i, (t, x) in enumerate([
+    ("Great Wall", "The Great Wall of China is too narrow to be seen from the Moon with the naked eye."),
+    ("Moon", "The Moon is about 384,000 km from the Earth."),
+    ("Watermelon", "Watermelon seeds pass through the digestive system."),
+    ("Alpha", "Alpha is a town founded by Beta in 1900."),
+])]
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+
+def test_perturbations_numbering_headers_blanks_and_cap():
+    # the spec's example: the official parser gives ["Sure! Here are 6...", "", "A?", "3. B?"]
+    assert rowen.parse_perturbations("Sure! Here are 6 questions:\n\n1. A?\n 3. B?", 6) == ["A?", "B?"]
+    text = "SEMANTICALLY EQUIVALENT PERTERBATIONS:\n1. A?\n2) B?\n- C?\n* D?\n**E?**\n\"F?\"\n   \n7. G?"
+    assert rowen.parse_perturbations(text, 6) == ["A?", "B?", "C?", "D?", "E?", "F?"]     # at most k
+    assert rowen.parse_perturbations(text, 2) == ["A?", "B?"]
+    assert rowen.parse_perturbations("1. What is 2.5 times 2?", 6) == ["What is 2.5 times 2?"]
+    assert rowen.parse_perturbations("", 6) == [] and rowen.parse_perturbations("\n \n", 6) == []
+
+
+@pytest.mark.parametrize("text,verdict", [
+    ("True.", True), ("true", True), ("Yes", True), ("TRUE", True), ("Answer: True", True),
+    ("False.", False), ("false", False), ("False", False),
+    ("No.", False),                          # official is_supported: True
+    ("", None), ("I cannot say", None),      # official: True and False (fallback keywords)
+    ("True or False", None), ("False. but true", None),          # mixed: no commitment
+    ("True. It is not false", True),         # official: False ("false" comes later)
+    ("It is not true.", False), ("untrue", None),                # whole words only
+])
+def test_verdict_parsing_is_strict(text, verdict):
+    assert rowen.read_yes_no(text) is verdict
+
+
+@pytest.mark.parametrize("text,language,label", [
+    ("是", "Chinese", True), ("是的。", "Chinese", True), ("否", "Chinese", False),
+    ("否，不是", "Chinese", False),            # official is_supported_zh: True (the 是 in 不是)
+    ("不是", "Chinese", False), ("不正确", "Chinese", False), ("正确", "Chinese", True),
+    ("True", "Chinese", True), ("是，但否", "Chinese", None), ("我不知道", "Chinese", None),
+    ("Ja.", "German", True), ("Nein", "German", False), ("oui", "French", True), ("Non.", "French", False),
+    ("はい", "Japanese", True), ("いいえ", "Japanese", False),
+])
+def test_target_language_labels(text, language, label):
+    assert rowen.read_yes_no(text, language) is label
+
+
+def test_label_checks_without_judge():
+    verdicts, a, b = rowen.label_checks(["True", "True.", "False", "Maybe", "No"], ["是", "否", "不是", "是", "不对"], "Chinese")
+    assert (a, b) == ([True, True, False, None, False], [True, False, False, True, False])
+    assert verdicts == [True, False, True, False, True]            # an unread label never agrees
+    assert rowen.label_checks(["", "yes"], ["", "True."])[0] == [False, True]   # official: "" == "" -> True
+
+
+def test_clean_answer_and_task():
+    assert rowen.clean_answer("\n  Your Short Answer: Paris\nbecause...", "qa") == "Paris"
+    assert rowen.clean_answer("Your Final Answer (True or False): False.", "strategyqa") == "False."
+    assert rowen.clean_answer(" No, it cannot.\nIt is too narrow. ", "truthfulqa") == "No, it cannot.\nIt is too narrow."
+    assert rowen.task_of({"label": False, "answers": ["no"]}) == "strategyqa"
+    assert rowen.task_of({"correct_answers": ["No"], "answers": ["No"]}) == "truthfulqa"
+    assert rowen.task_of({"answers": ["Paris"]}) == "qa"
+
+
+# ---------------------------------------------------------------------------------------------- scores
+
+def test_consistency_score():
+    assert rowen.consistency_score([True] * 6) == 1.0
+    assert rowen.consistency_score([True, False, True, None, True, True]) == pytest.approx(4 / 6)
+    assert rowen.consistency_score([None, None]) == 0.0      # unreadable verdicts are no agreement
+    assert rowen.consistency_score([]) == 0.0
+
+
+def test_hybrid_score():
+    assert rowen.hybrid_score(0.5, 2 / 3) == pytest.approx(7 / 6)          # alpha = 1 [paper 5.4]
+    assert rowen.hybrid_score(0.5, 2 / 3, alpha=0.5) == pytest.approx(0.5 + 1 / 3)
+    assert rowen.hybrid_score(1.0, 1.0) == 2.0                             # Z in [0, 1 + alpha]
+
+
+def test_thresholds_and_strict_decision():
+    assert rowen.default_threshold("cl") == 0.6 and rowen.default_threshold("cm") == 0.8
+    assert rowen.default_threshold("hybrid") == pytest.approx(1.4)
+    assert rowen.default_threshold("hybrid", alpha=0.5) == pytest.approx(1.0)
+    assert not rowen.should_retrieve(0.6, 0.6)                  # Z = threshold keeps r0
+    assert rowen.should_retrieve(0.5, 0.6) and not rowen.should_retrieve(5 / 6, 0.8)
+    t = rowen.default_threshold("hybrid")
+    assert not rowen.should_retrieve(rowen.hybrid_score(0.6, 0.8), t)
+    assert rowen.should_retrieve(rowen.hybrid_score(0.5, 5 / 6), t)       # 4/3 < 1.4
+
+
+def test_evidence_lines_format():
+    hits = [[CORPUS[0], CORPUS[1]], [CORPUS[0]], [CORPUS[2]]]
+    lines = rowen.evidence_lines(["Is the Wall visible?", "Wall from Moon", "Seeds??"], hits)
+    assert lines == ["Is the Wall visible? Great Wall: " + CORPUS[0]["text"],
+                     "Is the Wall visible? Moon: " + CORPUS[1]["text"],
+                     "Seeds? Watermelon: " + CORPUS[2]["text"]]        # p0 only once; "??" -> "?"
+    bm25 = common.BM25(CORPUS)
+    qs = ["Can you see the Great Wall from the Moon?"]
+    found = [bm25.search(q, rowen.TOP_K) for q in qs]
+    assert len(found[0]) == 2 and found[0][0]["id"] == "p0"
+    assert rowen.evidence_lines(qs, found)[0].startswith("Can you see the Great Wall from the Moon? Great Wall: ")
+
+
+# ---------------------------------------------------------------------------------------------- a scripted model
+
+class Script:
+    """Stands in for common.greedy / common.sample: answers each prompt from its last user turn, and
+    records every batch. Models are the strings "M" and "V"; the tokenizer is the tiny one."""
+
+    def __init__(self, rules):
+        self.rules, self.batches = rules, []
+
+    def greedy(self, model, tok, prompts, max_new_tokens=64, stop=()):
+        users = [p.rsplit("User: ", 1)[1].rsplit("\n\nAssistant:", 1)[0] for p in prompts]
+        self.batches.append((model, users))
+        return [common.Generation(self.reply(model, u), [], [], "eos") for u in users]
+
+    def sample(self, model, tok, prompt, k, **kw):
+        self.batches.append((model, ["<sampled>"]))
+        self.sampled = dict(kw, k=k, prompt=prompt)
+        return [common.Generation(self.rules["perturb"], [], [], "eos")]
+
+    def reply(self, model, user):
+        for key, out in self.rules[model]:
+            if key in user:
+                return out(user) if callable(out) else out
+        return "?"
+
+
+def run_scripted(monkeypatch, tiny, rules, record, **settings):
+    script = Script(rules)
+    monkeypatch.setattr(common, "greedy", script.greedy)
+    monkeypatch.setattr(common, "sample", script.sample)
+    tok = tiny[1]
+    out = rowen.solve(record, ("M", tok), ("V", tok), common.BM25(CORPUS), rowen.Settings(**settings))
+    return out, script
+
+
+def first_word(user):
+    return user.split("Question: ")[1].split()[0]
+
+
+TQA = {"id": "t1", "question": "Can you see the Great Wall from the Moon?", "answers": ["No"],
+       "correct_answers": ["No"], "incorrect_answers": ["Yes"], "dataset": "truthfulqa"}
+TQA_RULES = {
+    "perturb": "Here are 3 questions:\n1. Is the Great Wall visible from the Moon?\n2. Wall from Moon?\n3. Moon view of the Wall?",
+    "M": [("answer A in English", lambda u: {"Is": "True.", "Wall": "No.", "Moon": "True or False"}.get(first_word(u), "?")),
+          ("QA pair 1", lambda u: {"Is": "Yes", "Wall": "True", "Moon": "False."}.get(first_word(u), "?")),
+          ("Translate this sentence", lambda u: "ZH:" + u.split("\n")[-1]),
+          ("Retrieved evidence", "No, it is far too narrow."),
+          ("Your Short Answer", "Yes, it can be seen."), ("你的简短回答", "可以看到。"),
+          ("Your answer", "Let me think. It is visible."), ("你的回答", "让我想想。")],
+    "V": [("Your Short Answer", "No."), ("Your answer", "Hmm.")],
+}
+
+
+def test_truthfulqa_pipeline_hand_computed(monkeypatch, tiny):
+    out, script = run_scripted(monkeypatch, tiny, TQA_RULES, TQA)
+    tr = out["trace"]
+    xs = ["Is the Great Wall visible from the Moon?", "Wall from Moon?", "Moon view of the Wall?"]
+    assert tr["perturbed_questions"] == xs and tr["translations"] == ["ZH:" + x for x in xs]
+    assert tr["cl_verdicts"] == [True, False, None] and tr["z_cl"] == pytest.approx(1 / 3)
+    assert tr["cm_verdicts"] == [True, True, False] and tr["z_cm"] == pytest.approx(2 / 3)
+    assert tr["z"] == pytest.approx(1.0) and tr["decision"] is True and tr["retrieved"] is True   # 1.0 < 1.4
+    assert tr["queries"] == xs and out["retrievals"] == 3          # TruthfulQA: paraphrases verbatim
+    assert all(any(line.startswith(q.rstrip("?") + "? ") for q in xs) for line in tr["evidence"])
+    assert tr["initial_answer"] == "Yes, it can be seen." and out["prediction"] == "No, it is far too narrow."
+    judge = [u for m, us in script.batches for u in us if "answer A in English" in u]
+    # the CL judge sees the English question, the English and the Chinese short answers [official]
+    assert "Question: " + xs[0] + "\nAnswer A (in English): Yes, it can be seen.\nAnswer B (in Chinese): 可以看到。" in judge[0]
+    cm = [u for m, us in script.batches for u in us if "QA pair 1" in u][0]
+    assert cm.count("Question: " + xs[0]) == 2 and "Answer: No." in cm   # same question twice, M_V's answer
+    repair = [u for m, us in script.batches for u in us if "Retrieved evidence" in u][0]
+    assert TQA["question"] in repair and "Let me think. It is visible." in repair and tr["evidence"][0] in repair
+
+
+def test_decision_follows_z_and_the_baselines(monkeypatch, tiny):
+    out, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, threshold=1.0)      # Z = 1.0, not < 1.0
+    assert out["trace"]["decision"] is False and out["retrievals"] == 0
+    assert out["prediction"] == out["trace"]["initial_answer"] == "Yes, it can be seen."
+    assert "queries" not in out["trace"] and "evidence" not in out["trace"]
+    out, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, mode="cl")            # 1/3 < 0.6
+    assert out["trace"]["z"] == pytest.approx(1 / 3) and out["trace"]["z_cm"] is None and out["retrievals"] == 3
+    out, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, mode="cm", threshold=0.5)   # 2/3 >= 0.5
+    assert out["trace"]["z_cl"] is None and out["trace"]["decision"] is False and out["retrievals"] == 0
+    out, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, retrieve="never")
+    assert out["trace"]["decision"] is True and out["trace"]["retrieved"] is False
+    assert out["retrievals"] == 0 and out["prediction"] == "Yes, it can be seen."
+    out, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, threshold=0.0, retrieve="always")
+    assert out["trace"]["decision"] is False and out["retrievals"] == 3
+
+
+def test_call_counts_and_batch_sizes(monkeypatch, tiny):
+    out, script = run_scripted(monkeypatch, tiny, TQA_RULES, TQA)
+    sizes = [(m, len(us)) for m, us in script.batches]
+    n = 3   # stage 1 (2), perturbation (1), EN 2n, translations n, target 2n, CL judges n, M_V 2n, CM judges n, repair
+    assert sizes == [("M", 1), ("M", 1), ("M", 1), ("M", n), ("M", n), ("M", n), ("M", n), ("M", n), ("M", n),
+                     ("V", n), ("V", n), ("M", n), ("M", 1)]
+    assert out["trace"]["calls"] == {"main": 3 + 7 * n + 1, "verifier": 2 * n}     # spec 7: 3 + 7n (+1), 2n
+    assert out["model_calls"] == sum(s for _, s in sizes) == 31
+    # the perturbation is the one sampled call: k = 1 continuation at T = 1.0, seeded per question
+    assert (script.sampled["k"], script.sampled["temperature"]) == (1, 1.0)
+    assert script.sampled["seed"] == common.question_seed(0, "t1")
+    assert "provide 6 semantically equivalent questions.\nQUERIED QUESTION: " + TQA["question"] in script.sampled["prompt"]
+    out, script = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, mode="cl", threshold=0.0)
+    assert out["model_calls"] == 3 + 6 * n and out["trace"]["calls"]["verifier"] == 0
+
+
+SQA = {"id": "s1", "question": "Could Aristotle use a telescope?", "answers": ["no"], "label": False,
+       "dataset": "strategyqa"}
+SQA_RULES = {
+    "perturb": "1. Did Aristotle use a telescope?\n2. Were telescopes around for Aristotle?\n3. Aristotle telescope?",
+    "M": [("Translate this sentence", lambda u: "问题" + u.split("\n")[-1][:3]),
+          ("Your Short Rephrased Query", lambda u: "Query: " + u.split("Original Question: ")[1].split("\n")[0][:9] + "\nmore"),
+          ("Your revised answer (True or False)", "False."),
+          ("Your Final Answer", "True"),
+          ("你的回答（是或否）", lambda u: {"Did": "是", "Wer": "否", "Ari": "不是"}[u.split("问题【问题")[1][:3]]),
+          ("Your reasoning and verdict", "Thinking..."), ("你的推理和判断", "思考...")],
+    "V": [("Your Final Answer", lambda u: {"Did": "True.", "Wer": "True", "Ari": "No"}[u.split('question "')[1][:3]]),
+          ("Your reasoning and verdict", "Hmm.")],
+}
+
+
+def test_strategyqa_labels_without_judge(monkeypatch, tiny):
+    out, script = run_scripted(monkeypatch, tiny, SQA_RULES, SQA)
+    tr = out["trace"]
+    assert tr["labels"] == [True, True, True] and tr["target_labels"] == [True, False, False]
+    assert tr["verifier_labels"] == [True, True, False]
+    assert tr["z_cl"] == pytest.approx(1 / 3) and tr["z_cm"] == pytest.approx(2 / 3)
+    assert tr["decision"] is True                                           # 1.0 < 1.4
+    assert not any("answer A in English" in u or "QA pair" in u for _, us in script.batches for u in us)
+    assert tr["queries"] == ["Did Arist", "Were tele", "Aristotle"]       # first line, "Query:" removed
+    assert tr["initial_answer"] == "True" and tr["final_answer"] == "False." and out["prediction"] == "no"
+    n = 3   # main: 3 + 5n + n reformulations + 1 repair; verifier 2n [spec 7]
+    assert tr["calls"] == {"main": 3 + 6 * n + 1, "verifier": 2 * n}
+    # the verifier's final prompt is filled in (official bug: a literal "{question}")
+    assert not any("{question}" in u for _, us in script.batches for u in us)
+
+
+def test_no_parsable_perturbation_falls_back_to_the_question(monkeypatch, tiny):
+    rules = dict(TQA_RULES, perturb="Sure:\n\n")
+    out, _ = run_scripted(monkeypatch, tiny, rules, TQA, mode="cm")
+    assert out["trace"]["perturbed_questions"] == [TQA["question"]]
+    assert out["trace"]["cm_verdicts"] == [None] and out["trace"]["z"] == 0.0 and out["retrievals"] == 1
+
+
+# ---------------------------------------------------------------------------------------------- tiny models
+
+SMALL = {k: 6 for k in rowen.MAX_TOKENS}
+
+
+@pytest.fixture()
+def verifier(tiny):
+    return make_model(len(tiny[1]), seed=1), tiny[1]
+
+
+def test_batched_stage_calls_match_one_by_one(monkeypatch, tiny, verifier):
+    real = common.greedy
+    batches = []
+
+    def spy(model, tok, prompts, **kw):
+        outs = real(model, tok, prompts, **kw)
+        batches.append((model, prompts, kw, [o.text for o in outs]))
+        return outs
+    monkeypatch.setattr(common, "greedy", spy)
+    monkeypatch.setattr(common, "sample", lambda *a, **kw: [common.Generation("1. ab?\n2. Can you?\n3. Xyz qq?", [], [], "eos")])
+    s = rowen.Settings(max_tokens=dict(SMALL, cot=10, short=8), threshold=10.0)
+    out = rowen.solve(TQA, tiny, verifier, common.BM25(CORPUS), s)
+    stages = [b for b in batches if len(b[1]) == 3]
+    assert len(stages) == 9           # EN x2, translations, target x2, CL judges, M_V x2, CM judges
+    for model, prompts, kw, texts in stages:
+        assert [real(model, tiny[1], p, **kw).text for p in prompts] == texts
+    assert out["model_calls"] == sum(len(b[1]) for b in batches) + 1          # + the sampled perturbation
+
+
+def test_end_to_end_on_tiny_models(tiny, verifier):
+    bm25 = common.BM25(CORPUS)
+    for task_record in (TQA, SQA):
+        for threshold in (0.0, 10.0):
+            s = rowen.Settings(max_tokens=SMALL, k=3, threshold=threshold)
+            out = rowen.solve(task_record, tiny, verifier, bm25, s)
+            tr = out["trace"]
+            for key in ("perturbation_output", "perturbed_questions", "answers", "translations", "target_answers",
+                        "cl_verdicts", "verifier_answers", "cm_verdicts", "z_cl", "z_cm", "z", "decision",
+                        "initial_answer", "initial_long_answer", "final_answer", "calls"):
+                assert key in tr, key
+            assert 1 <= len(tr["perturbed_questions"]) <= 3
+            assert tr["z"] == pytest.approx(tr["z_cl"] + tr["z_cm"])
+            assert tr["decision"] == (tr["z"] < threshold) == tr["retrieved"] == (threshold == 10.0)
+            if tr["decision"]:
+                assert out["retrievals"] == len(tr["queries"]) == len(tr["perturbed_questions"])
+                assert all(e.split("? ", 1)[0] + "?" in [q.rstrip("?") + "?" for q in tr["queries"]]
+                           for e in tr["evidence"])
+            else:
+                assert out["retrievals"] == 0 and out["prediction"] in (tr["initial_answer"], "yes", "no", "unknown")
+            assert out["model_calls"] == sum(tr["calls"].values()) > 0
+            if task_record is SQA:
+                assert out["prediction"] in ("yes", "no", "unknown")
+    again = rowen.solve(TQA, tiny, verifier, bm25, rowen.Settings(max_tokens=SMALL, k=3, threshold=10.0))
+    assert again["trace"]["perturbation_output"] == rowen.solve(
+        TQA, tiny, verifier, bm25, rowen.Settings(max_tokens=SMALL, k=3, threshold=10.0))["trace"]["perturbation_output"]
+
+
+def test_cli_on_tiny_models(tmp_path, monkeypatch, tiny, verifier):
+    for name, (model, tok) in {"m": tiny, "v": verifier}.items():
+        model.save_pretrained(tmp_path / name)
+        tok.save_pretrained(tmp_path / name)
+    data = tmp_path / "tqa.json"
+    data.write_text(json.dumps([{"Question": TQA["question"], "Best Answer": "No", "Correct Answers": "No; No, it is too narrow",
+                                 "Incorrect Answers": "Yes", "Category": "Misconceptions"}]))
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("\n".join(json.dumps(p) for p in CORPUS))
+    monkeypatch.setattr(rowen, "MAX_TOKENS", SMALL)
+    out = tmp_path / "out.jsonl"
+    rowen.main(["--data", str(data), "--corpus", str(corpus), "--model", str(tmp_path / "m"), "--verifier",
+                str(tmp_path / "v"), "--k", "2", "--output", str(out), "--device", "cpu", "--always-retrieve"])
+    row = json.loads(out.read_text().splitlines()[0])
+    assert row["retrievals"] >= 1 and row["model_calls"] == sum(row["trace"]["calls"].values())
+    assert {"z_cl", "z_cm", "z", "decision", "queries", "evidence"} <= set(row["trace"])
+    summary = json.loads(out.with_suffix(".summary.json").read_text())
+    assert {"bleu", "rouge_l", "closer_to_correct", "retrieval_rate", "calls_per_q"} <= set(summary)
+    assert summary["retrieval_rate"] == 1.0
+
+
+def test_run_name_keeps_settings_apart():
+    def name(**kw):
+        defaults = dict(mode="hybrid", never_retrieve=False, always_retrieve=False, threshold=None, k=6, alpha=1.0,
+                        target_language="Chinese", verifier=rowen.VERIFIER)
+        return rowen.run_name(argparse.Namespace(**{**defaults, **kw}))
+    assert name() == "rowen-hybrid"
+    assert name(mode="cl", never_retrieve=True, verifier="x/y") == "rowen-cl-never"     # cl uses no verifier
+    assert name(threshold=1.2, target_language="German", k=4) == "rowen-hybrid-t1.2-k4-german"
+    assert name(mode="cm", target_language="German", verifier="org/Model-7B") == "rowen-cm-v-Model-7B"
+
+
+# ---------------------------------------------------------------------------------------------- embedded models
+
+@pytest.mark.slow
+def test_one_question_on_embedded_models(tmp_path, monkeypatch):
+    monkeypatch.setattr(rowen, "MAX_TOKENS", {"cot": 32, "short": 16, "perturb": 48, "translate": 24,
+                                              "check": 4, "repair": 24, "reformulate": 16})
+    out = tmp_path / "rowen.jsonl"
+    rowen.main(["--dataset", "truthfulqa", "--limit", "1", "--k", "2", "--output", str(out)])
+    row = json.loads(out.read_text().splitlines()[0])
+    tr = row["trace"]
+    assert isinstance(row["prediction"], str) and row["prediction"]
+    assert 1 <= len(tr["perturbed_questions"]) <= 2 and len(tr["verifier_answers"]) == len(tr["perturbed_questions"])
+    assert tr["decision"] == (tr["z"] < 1.4) and row["model_calls"] == sum(tr["calls"].values())
