@@ -108,7 +108,8 @@ REPAIR = {  # Stage 3 (Eq. 7)
     "strategyqa": _REPAIR + "Answer the question with True or False only, no explanation.\nYour revised answer (True or False):",
     "qa": _REPAIR + "Write only the corrected answer, in a few words.\nYour revised short answer:",
 }
-# Target-language prompts, all ours: Chinese (the paper's target) and Table 7's others.
+# Target-language prompts, all ours: Chinese (the paper's target) and Table 7's others; "cot" renders
+# Table 1, the others render our English prompts.
 # "cot"/"final" serve TruthfulQA and short-answer QA, "cot_yn"/"final_yn" StrategyQA.
 TARGET = {
     "Chinese": {  # ours, the same requests as the English prompts
@@ -119,18 +120,18 @@ TARGET = {
     },
     "German": {
         "cot": "Wenn du meine Frage beantwortest, prüfe bitte zuerst, ob die Informationen oder Annahmen, auf denen die Frage beruht, zutreffen. Sobald du ihre Richtigkeit oder Existenz festgestellt hast, gib eine ausführliche Erklärung oder Antwort. Stelle Genauigkeit und Faktenprüfung vor Ausführungen oder Vermutungen.\n\nMeine Frage: {question}\n\nDeine Antwort:",
-        "final": "Gib auf der Grundlage der obigen Überlegungen eine kurze und direkte Antwort auf die obige Frage. Du musst die Frage direkt in einem Satz beantworten und keine unnötigen Informationen hinzufügen.\n\nDeine kurze Antwort:",
-        "final_yn": "Beantworte auf der Grundlage der obigen Überlegungen die Frage [{question}] kurz und direkt. Du musst direkt mit Ja oder Nein antworten, ohne weitere Inhalte und ohne Erklärung.\n\nDeine Antwort (Ja oder Nein):",
+        "final": "Beantworte meine Frage auf Grundlage der obigen Überlegungen kurz und direkt in einem Satz, ohne zusätzliche Details.\n\nDeine kurze Antwort:",
+        "final_yn": "Beantworte die Frage „{question}“ auf Grundlage der obigen Überlegungen mit einem einzigen Wort: Ja oder Nein. Gib keine Erklärung.\n\nDeine Antwort (Ja oder Nein):",
     },
     "French": {
         "cot": "Lorsque tu réponds à ma question, évalue d'abord la validité des informations ou de l'hypothèse sur lesquelles elle repose. Une fois leur véracité ou leur existence établie, donne une explication ou une réponse détaillée. Privilégie l'exactitude et la vérification des faits avant de développer ou de faire des conjectures.\n\nMa question : {question}\n\nTa réponse :",
-        "final": "En te fondant sur le raisonnement ci-dessus, donne une réponse brève et directe à la question ci-dessus. Tu dois répondre directement en une seule phrase, sans ajouter d'informations inutiles.\n\nTa réponse courte :",
-        "final_yn": "En te fondant sur le raisonnement ci-dessus, réponds brièvement et directement à la question [{question}]. Tu dois répondre directement par oui ou par non, sans autre contenu ni explication.\n\nTa réponse (oui ou non) :",
+        "final": "À partir du raisonnement ci-dessus, donne la réponse à ma question brièvement et directement, en une phrase, sans détails superflus.\n\nTa réponse courte :",
+        "final_yn": "À partir du raisonnement ci-dessus, réponds à la question « {question} » par un seul mot : oui ou non. Ne donne pas d'explication.\n\nTa réponse (oui ou non) :",
     },
     "Japanese": {
         "cot": "私の質問に答えるときは、まず質問の前提となっている情報や仮定が正しいかどうかを評価してください。それが真実である、または存在することを確認したうえで、詳しい説明や回答をしてください。詳しい説明や推測に入る前に、正確さと事実確認を優先してください。\n\n私の質問：{question}\n\nあなたの回答：",
-        "final": "上記の思考過程に基づいて、上記の質問に簡潔かつ直接的に答えてください。一文で直接質問に答え、不要な情報を加えないでください。\n\nあなたの簡潔な回答：",
-        "final_yn": "上記の思考過程に基づいて、質問【{question}】に簡潔かつ直接的に答えてください。「はい」か「いいえ」で直接答え、他の内容や説明を含めないでください。\n\nあなたの回答（はいまたはいいえ）：",
+        "final": "上の推論に基づいて、私の質問への答えを一文で簡潔かつ直接的に述べてください。余計な詳細は不要です。\n\nあなたの短い回答：",
+        "final_yn": "上の推論に基づいて、質問「{question}」に一語で答えてください：はい または いいえ。説明は不要です。\n\nあなたの回答（はい／いいえ）：",
     },
 }
 for _p in TARGET.values():  # the paper ran StrategyQA in Chinese only: elsewhere the Table 1 prompt reasons
@@ -198,9 +199,14 @@ def hybrid_score(z_cl: float, z_cm: float, alpha: float = ALPHA) -> float:
 
 def default_threshold(mode: str, alpha: float = ALPHA) -> float:
     """0.6 for CL and 0.8 for CM, the paper's best (5.4). The paper states no hybrid threshold; on the
-    hybrid scale Z_CL + alpha Z_CM we take the same combination of the two: 0.6 + alpha * 0.8 (1.4 at
-    alpha = 1), i.e. retrieve when the combined agreement falls below what either mode alone would
-    accept. Measured on held-out questions: see the README's Rowen section."""
+    hybrid scale Z_CL + alpha Z_CM we combine the two the same way: 0.6 + alpha * 0.8 (1.4 at alpha = 1).
+
+    Why not calibrated: on 4 held-out TruthfulQA questions (not in the demo set; k = 6, SmolLM2-135M
+    judging, Gemma-3-270M verifying) Z_CL = Z_CM = 0 for every question, because the 135M judge answers
+    "False" even to "Paris" vs "Paris". Every positive threshold then retrieves always, so the embedded
+    models leave nothing to calibrate. With a stronger model, run --never-retrieve on held-out questions
+    (the trace keeps z_cl and z_cm) and pick the threshold that gives the retrieval rate you want
+    (the paper's Rowen-Hybrid retrieved for 23% of TruthfulQA and 20% of StrategyQA, Table 5)."""
     return hybrid_score(PAPER_THRESHOLDS["cl"], PAPER_THRESHOLDS["cm"], alpha) if mode == "hybrid" else PAPER_THRESHOLDS[mode]
 
 

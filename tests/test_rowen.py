@@ -4,6 +4,7 @@ import argparse
 import json
 
 import pytest
+import torch
 
 import common
 import rowen
@@ -52,6 +53,16 @@ def test_verdict_parsing_is_strict(text, verdict):
 ])
 def test_target_language_labels(text, language, label):
     assert rowen.read_yes_no(text, language) is label
+
+
+@pytest.mark.parametrize("language", sorted(rowen.TARGET))
+def test_target_prompts_fill_in_and_ask_for_readable_labels(language):
+    p = rowen.TARGET[language]
+    assert {"cot", "final", "cot_yn", "final_yn"} <= set(p)
+    assert all("Q?" in p[k].format(question="Q?") for k in ("cot", "cot_yn", "final_yn"))
+    yes, no = rowen.YES_NO[language]
+    asked = p["final_yn"].lower()
+    assert any(w in asked for w in yes) and any(w in asked for w in no)
 
 
 def test_label_checks_without_judge():
@@ -348,7 +359,12 @@ def test_one_question_on_embedded_models(tmp_path, monkeypatch):
     monkeypatch.setattr(rowen, "MAX_TOKENS", {"cot": 32, "short": 16, "perturb": 48, "translate": 24,
                                               "check": 4, "repair": 24, "reformulate": 16})
     out = tmp_path / "rowen.jsonl"
-    rowen.main(["--dataset", "truthfulqa", "--limit", "1", "--k", "2", "--output", str(out)])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # 2 CPU cores shared with other jobs: 47 s with one thread, 207 s with two
+    try:
+        rowen.main(["--dataset", "truthfulqa", "--limit", "1", "--k", "2", "--output", str(out)])
+    finally:
+        torch.set_num_threads(threads)
     row = json.loads(out.read_text().splitlines()[0])
     tr = row["trace"]
     assert isinstance(row["prediction"], str) and row["prediction"]
