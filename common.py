@@ -215,6 +215,7 @@ def _shared_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
+@torch.no_grad()  # subtle: without it the prefill's activation graph lives as long as its cache
 def _prefill(model, tok, prompts: list[str]):
     """Forward pass over left-padded prompts: (last logits, KV cache, attention mask, next positions).
 

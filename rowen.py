@@ -239,15 +239,15 @@ def evidence_lines(queries: list[str], hits: list[list[dict]]) -> list[str]:
     return lines
 
 
-_ANSWER_PREFIX = re.compile(r"^(?:your\s+)?(?:short\s+|final\s+|fianl\s+|rephrased\s+)*(?:answer|query)\s*(?:\([^)]*\))?\s*:\s*", re.I)
+_ANSWER_PREFIX = re.compile(r"^(?:your\s+)?(?:short\s+|final\s+|revised\s+|rephrased\s+)*(?:answer|query)\s*(?:\([^)]*\))?\s*:\s*", re.I)
 
 
 def clean_answer(text: str, task: str) -> str:
-    """TruthfulQA answers are free text; StrategyQA, short-answer QA and search queries keep the first
-    non-empty line without a leading "Answer:" / "Query:"."""
+    """Without a leading "Your revised answer:" / "Query:" echoed from the prompt. TruthfulQA answers
+    are free text; StrategyQA, short-answer QA and search queries keep their first non-empty line."""
     text = text.strip()
     if task == "truthfulqa":
-        return text
+        return _ANSWER_PREFIX.sub("", text).strip()
     line = next((l.strip() for l in text.split("\n") if l.strip()), "")
     return _ANSWER_PREFIX.sub("", line).strip()
 

@@ -76,6 +76,7 @@ def test_clean_answer_and_task():
     assert rowen.clean_answer("\n  Your Short Answer: Paris\nbecause...", "qa") == "Paris"
     assert rowen.clean_answer("Your Final Answer (True or False): False.", "strategyqa") == "False."
     assert rowen.clean_answer(" No, it cannot.\nIt is too narrow. ", "truthfulqa") == "No, it cannot.\nIt is too narrow."
+    assert rowen.clean_answer("Your revised short answer: No.\nMore.", "truthfulqa") == "No.\nMore."
     assert rowen.task_of({"label": False, "answers": ["no"]}) == "strategyqa"
     assert rowen.task_of({"correct_answers": ["No"], "answers": ["No"]}) == "truthfulqa"
     assert rowen.task_of({"answers": ["Paris"]}) == "qa"
