@@ -143,14 +143,25 @@ def chat_prompt(tok, user: str, system: str | None = None, history: list[dict] =
     """Prompt text for one user turn (after `history`) in the model's chat template.
 
     A model without a chat template (a base model such as Gemma-3-270M) gets a plain
-    "User:/Assistant:" transcript ending in "Assistant:".
+    "User:/Assistant:" transcript ending in "Assistant:"; decode it with stop=turn_stops(tok).
+
+    subtle: the transcript starts with the BOS token when the tokenizer does not add one itself
+    (Gemma-3's, converted from GGUF, does not; without BOS the model only repeats "Assistant:").
     """
     messages = ([{"role": "system", "content": system}] if system else []) + list(history)
     messages.append({"role": "user", "content": user})
     if tok.chat_template:
         return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     turns = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
-    return "\n\n".join(turns) + "\n\nAssistant:"
+    text = "\n\n".join(turns) + "\n\nAssistant:"
+    if tok.bos_token and tok("a")["input_ids"][:1] != [tok.bos_token_id]:
+        text = tok.bos_token + text
+    return text
+
+
+def turn_stops(tok) -> tuple[str, ...]:
+    """Stop strings for a chat_prompt: a plain transcript would go on to write the next user turn."""
+    return () if tok.chat_template else ("\nUser:",)
 
 
 def encode(tok, text: str) -> list[int]:

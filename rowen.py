@@ -42,8 +42,6 @@ import argparse
 import re
 from dataclasses import dataclass, field
 
-import torch
-
 import common
 
 # ----------------------------------------------------------------------------------------------
@@ -58,7 +56,6 @@ VERIFIER = "gemma3-270m"     # M_V [paper: qwen-max-0428; any Hugging Face id wo
 SYSTEM = "You are a helpful assistant."    # [official construct_input_message]
 MAX_TOKENS = {"cot": 512, "short": 64, "perturb": 256, "translate": 128, "check": 8,
               "repair": 256, "reformulate": 64}  # per call [spec section 0; official: no limit]
-TRANSCRIPT_STOP = ("\nUser:",)  # a model without a chat template would go on to write the next turn
 
 # ----------------------------------------------------------------------------------------------
 # Prompts. Table 1 (CoT), Table 2 (cross-language check), Table 3 (cross-model check) and the
@@ -280,20 +277,14 @@ class Settings:
 
 def chat(tok, user: str, history=()) -> str:
     """The official [system, (history), user] turns in the model's chat template."""
-    text = common.chat_prompt(tok, user, system=SYSTEM, history=history)
-    # subtle: without a chat template common.chat_prompt writes a plain transcript, and Gemma-3's
-    # tokenizer converted from GGUF adds no BOS; without it Gemma-3 only repeats "\n\nAssistant:".
-    # common.encode keeps a BOS that the text already starts with.
-    if not tok.chat_template and tok.bos_token and tok("a")["input_ids"][:1] != [tok.bos_token_id]:
-        text = tok.bos_token + text
-    return text
+    return common.chat_prompt(tok, user, system=SYSTEM, history=history)
 
 
 def ask(lm, users: list[str], cap: int, calls: dict, role: str, histories=None) -> list[str]:
     """One batched greedy call (T = 0) for independent user turns; one model call per prompt."""
     model, tok = lm
     prompts = [chat(tok, u, h) for u, h in zip(users, histories or [()] * len(users))]
-    stop = () if tok.chat_template else TRANSCRIPT_STOP
+    stop = common.turn_stops(tok)
     calls[role] += len(prompts)
     return [g.text.strip() for g in common.greedy(model, tok, prompts, max_new_tokens=cap, stop=stop)]
 
@@ -315,7 +306,7 @@ def perturb(lm, question: str, s: Settings, calls: dict, seed: int) -> str:
     calls["main"] += 1
     prompt = chat(tok, PERTURB.format(k=s.k, question=question))
     return common.sample(model, tok, prompt, k=1, temperature=PERTURB_TEMPERATURE, max_new_tokens=s.max_tokens["perturb"],
-                         stop=() if tok.chat_template else TRANSCRIPT_STOP, seed=seed)[0].text.strip()
+                         stop=common.turn_stops(tok), seed=seed)[0].text.strip()
 
 
 def judge(lm, prompts: list[str], s: Settings, calls: dict):
@@ -327,9 +318,6 @@ def judge(lm, prompts: list[str], s: Settings, calls: dict):
 # ----------------------------------------------------------------------------------------------
 # The loop: one question
 
-# subtle: common.greedy / common.sample prefill with autograd on, so each prompt's activations stayed
-# alive with its KV cache: six 740-token prompts held 7.5 GB, and a StrategyQA run was killed at 18.9 GB.
-@torch.no_grad()
 def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
     task, x0, lang = task_of(record), record["question"], s.target_language
     yn = task == "strategyqa"
