@@ -35,7 +35,10 @@ def make_model(vocab_size, seed=0, layers=4):
     cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                       initializer_range=0.2, bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    return LlamaForCausalLM(cfg).eval()
+    model = LlamaForCausalLM(cfg).eval()
+    import common
+    common.use_grouped_attention(model)      # as load_model does
+    return model
 
 
 @pytest.fixture(scope="session")

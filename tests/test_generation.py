@@ -107,14 +107,27 @@ def test_sampling_is_repeatable_and_with_greedy_row_zero(tiny):
     assert a[0].token_ids == common.greedy(model, tok, "abc", max_new_tokens=5).token_ids
 
 
-def test_filter_logits_top_k_and_top_p():
-    logits = torch.tensor([[3.0, 2.0, 1.0, 0.0]])
-    kept = common._filter_logits(logits, top_k=2, top_p=1.0)
-    assert torch.isinf(kept[0, 2:]).all() and torch.isfinite(kept[0, :2]).all()
+def _freq(logits, n=20000, **kw):
+    draws = common._draw(logits.expand(n, -1), generator=torch.Generator().manual_seed(0), **kw)
+    return torch.bincount(draws, minlength=logits.shape[-1]).float() / n
+
+
+def test_draw_top_k_top_p_and_temperature():
+    # top-k 2 of [3, 2, 1, 0]: only the first two, in the ratio e^3 : e^2
+    f = _freq(torch.tensor([[3.0, 2.0, 1.0, 0.0]]), temperature=1.0, top_k=2, top_p=1.0)
+    assert f[2:].sum() == 0 and abs(f[0] - 0.7311) < 0.02
+    # probabilities 0.5/0.3/0.2, mass before each token 0, 0.5, 0.8: top_p 0.7 keeps two (0.625/0.375),
+    # top_p 0.5 keeps only the first
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.2]]))
-    # mass before each token: 0, 0.5, 0.8 -> top_p=0.7 keeps the first two, top_p=0.5 only the first
-    assert torch.isfinite(common._filter_logits(logits, 0, 0.7)).tolist() == [[True, True, False]]
-    assert torch.isfinite(common._filter_logits(logits, 0, 0.5)).tolist() == [[True, False, False]]
+    f = _freq(logits, temperature=1.0, top_k=0, top_p=0.7)
+    assert f[2] == 0 and abs(f[0] - 0.625) < 0.02
+    assert _freq(logits, temperature=1.0, top_k=0, top_p=0.5).tolist() == [1.0, 0.0, 0.0]
+    # temperature 0.5 squares the probabilities: 0.25/0.09/0.04 over 0.38
+    f = _freq(logits, temperature=0.5, top_k=0, top_p=1.0)
+    assert torch.allclose(f, torch.tensor([0.658, 0.237, 0.105]), atol=0.02)
+    # top-k and the full-vocabulary path agree on the same filter
+    g = _freq(logits, temperature=1.0, top_k=2, top_p=1.0)
+    assert g[2] == 0 and abs(g[0] - 0.625) < 0.02
 
 
 def test_hidden_state_is_read_at_substituted_eos(tiny):
@@ -186,6 +199,7 @@ def test_prefix_reuse_gives_the_same_outputs_and_skips_the_shared_tokens(tiny):
     plain = [common.greedy(model, tok, p, max_new_tokens=8) for p in prompts]
     plain_s = common.sample(model, tok, prompts[1], k=3, max_new_tokens=6, seed=5)
     common.REUSE_PREFIX = True
+    common.forget_prefix()
     try:
         common.greedy(model, tok, prompts[0], max_new_tokens=8)
         seen, h = [], model.model.embed_tokens.register_forward_hook(lambda m, i, o: seen.append(i[0].shape[1]))
@@ -211,3 +225,66 @@ def test_prefix_reuse_gives_the_same_outputs_and_skips_the_shared_tokens(tiny):
     finally:
         h.remove()
     assert seen2[0] == 1
+
+
+def test_buffered_cache_layer_equals_concatenation_and_grows():
+    from transformers.cache_utils import DynamicLayer
+    plain = DynamicLayer()
+    prompt_k, prompt_v = torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
+    plain.update(prompt_k, prompt_v)
+    buf = common._BufferedLayer(plain, rows=3, room=1)        # room for one token: the second one grows it
+    ref_k = prompt_k.expand(3, -1, -1, -1)
+    for _ in range(2):
+        k, v = torch.randn(3, 2, 1, 4), torch.randn(3, 2, 1, 4)
+        got_k, got_v = buf.update(k, v)
+        ref_k = torch.cat([ref_k, k], -2)
+    assert torch.equal(got_k, ref_k) and buf.get_seq_length() == 7 and got_v.shape == (3, 2, 7, 4)
+    buf.batch_select_indices(torch.tensor([2, 0]))
+    assert torch.equal(buf.keys, ref_k[[2, 0]])
+    assert torch.equal(plain.keys, prompt_k)                  # the prompt cache was not written into
+
+
+def test_alternating_prompt_families_each_find_their_cached_prefix(tiny):
+    model, tok = tiny
+    a = "Question: the first family's long shared head\nAnswer: fine. Question: "
+    b = "Write a search query for the second family of prompts, which differ. "
+    common.forget_prefix()
+    for p in (a + "one", b + "two"):
+        common.greedy(model, tok, p, max_new_tokens=3)
+    seen, h = [], model.model.embed_tokens.register_forward_hook(lambda m, i, o: seen.append(i[0].shape[1]))
+    try:
+        g = common.greedy(model, tok, a + "three", max_new_tokens=3)
+    finally:
+        h.remove()
+    shared = len(common.encode(tok, a)) + 1     # encode drops a's final space alone; "a three" keeps it
+    assert seen[0] == len(common.encode(tok, a + "three")) - shared
+    common.REUSE_PREFIX = False
+    try:
+        assert common.greedy(model, tok, a + "three", max_new_tokens=3).token_ids == g.token_ids
+    finally:
+        common.REUSE_PREFIX = True
+
+
+def test_grouped_attention_equals_transformers_sdpa_with_padding(tiny):
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    model, tok = tiny
+    assert model.config._attn_implementation == "sdpa_grouped"
+    attn = common.decoder_layers(model)[0].self_attn
+    assert attn.num_key_value_groups == 2
+    q, k, v = torch.randn(3, 4, 5, 8), torch.randn(3, 2, 5, 8), torch.randn(3, 2, 5, 8)
+    mask = torch.ones(3, 1, 5, 5, dtype=torch.bool).tril()
+    mask[0, :, :, :2] = False                                    # row 0 left-padded by two
+    mask[0, :, :2, :2] = torch.eye(2, dtype=torch.bool)          # (pads see themselves: no NaN rows)
+    ours, _ = common._sdpa_grouped(attn, q, k, v, mask, scaling=0.3)
+    ref, _ = sdpa_attention_forward(attn, q, k, v, mask, scaling=0.3)
+    assert torch.allclose(ours, ref, atol=1e-6)
+    # and the model itself: a padded batch decodes as its rows do alone (the test above), with the
+    # outputs of the plain "sdpa" implementation
+    prompts = ["a", "Question: who?\nAnswer:"]
+    ours = [g.token_ids for g in common.greedy(model, tok, prompts, max_new_tokens=6)]
+    model.set_attn_implementation("sdpa")
+    try:
+        ref = [g.token_ids for g in common.greedy(model, tok, prompts, max_new_tokens=6)]
+    finally:
+        model.set_attn_implementation("sdpa_grouped")
+    assert ours == ref
