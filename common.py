@@ -233,8 +233,9 @@ def _forward(model, ids, mask, positions, past):
 # earlier steps): a single prompt that shares its start with one of the last PREFIX_SLOTS single
 # prompts starts from that prompt's KV cache and pays only for its new tokens. Several slots let calls
 # that alternate between prompt families (a step prompt, then a query prompt, ...) each find theirs.
-# Set REUSE_PREFIX to False to measure the plain path.
+# REUSE_PREFIX = False (and BATCH = False: independent prompts one by one) is the plain path, --plain.
 REUSE_PREFIX = True
+BATCH = True
 MIN_SHARED = 16          # shorter shared prefixes are not worth a cache fork
 PREFIX_SLOTS = 4         # prompts kept per model, most recent first (about 46 KB a token for SmolLM2-135M)
 _LAST = {}               # model id -> [(token ids, KV cache)] of recent single-prompt prefills
@@ -285,7 +286,13 @@ class _BufferedLayer(DynamicLayer):
         return self.keys, self.values
 
     def batch_select_indices(self, indices):
-        self._k, self._v = self._k[indices], self._v[indices]
+        """Keep the rows `indices` (increasing), moved up in place: indexing would build a second
+        buffer while the first is still alive (the peak memory of k samples would double)."""
+        for new, old in enumerate(indices.tolist()):
+            if new != old:                     # old >= new: a row is read before it is overwritten
+                self._k[new].copy_(self._k[old])
+                self._v[new].copy_(self._v[old])
+        self._k, self._v = self._k[:len(indices)], self._v[:len(indices)]
         self._views()
 
     def crop(self, tokens_to_remove):
@@ -456,6 +463,8 @@ def greedy(model, tok, prompts: str | list[str], max_new_tokens: int = 64, stop:
     batch = [prompts] if single else list(prompts)
     if not batch:
         return []
+    if len(batch) > 1 and not BATCH:
+        return [greedy(model, tok, p, max_new_tokens, stop, hidden_module) for p in batch]
     logits, past, mask, pos = _prefill(model, tok, batch)
     past = _for_decoding(past, len(batch), max_new_tokens + 1)
     outs = _decode(model, tok, logits, past, mask, pos, sampled=torch.zeros(len(batch), dtype=torch.bool),
@@ -991,6 +1000,9 @@ def add_common_args(parser: argparse.ArgumentParser, dataset: str = "hotpotqa") 
     parser.add_argument("--seed", type=int, default=0, help="base seed; each question derives its own")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
+    parser.add_argument("--plain", action="store_true",
+                        help="no prefix cache and no batching: every model call is prefilled and decoded "
+                             "alone (the reference path of benchmarks/bench_methods.py; same outputs, slower)")
 
 
 def load_questions(args) -> list[dict]:
@@ -1034,6 +1046,9 @@ def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
     """
     import eval as metrics
     from tqdm import tqdm
+    global REUSE_PREFIX, BATCH
+    if getattr(args, "plain", False):
+        REUSE_PREFIX = BATCH = False
     records = load_questions(args) if records is None else records
     out = Path(args.output) if args.output else default_output(method, args)
     done = {}

@@ -569,7 +569,7 @@ def monitor(run: Run, text: str, start: int, question: str, previous) -> dict:
     model, conf, keys = run.model, run.feats["confidence"], list(run.s.monitor)
     enc = encode_offsets(run.tok, text)
     ids, keep, past, prev = enc["input_ids"], 0, None, torch.zeros(0)
-    if run.cache:
+    if run.cache and common.REUSE_PREFIX:
         keep = next((i for i, (a, b) in enumerate(zip(ids, run.cache[0])) if a != b), len(ids))
         keep = min(keep, len(ids) - 1, len(run.cache[0]))
         if keep >= common.MIN_SHARED and not any(getattr(run.cache[1], "is_sliding", [False])):

@@ -239,8 +239,10 @@ def test_buffered_cache_layer_equals_concatenation_and_grows():
         got_k, got_v = buf.update(k, v)
         ref_k = torch.cat([ref_k, k], -2)
     assert torch.equal(got_k, ref_k) and buf.get_seq_length() == 7 and got_v.shape == (3, 2, 7, 4)
-    buf.batch_select_indices(torch.tensor([2, 0]))
-    assert torch.equal(buf.keys, ref_k[[2, 0]])
+    buf.batch_select_indices(torch.tensor([0, 2]))           # finished rows leave (indices increasing)
+    assert torch.equal(buf.keys, ref_k[[0, 2]])
+    buf.batch_select_indices(torch.tensor([1]))
+    assert torch.equal(buf.keys, ref_k[[2]]) and torch.equal(buf.values[0], got_v[2])
     assert torch.equal(plain.keys, prompt_k)                  # the prompt cache was not written into
 
 
