@@ -324,35 +324,53 @@ def _shared_prefix(a: list[int], b: list[int]) -> int:
 
 @torch.no_grad()  # subtle: without it the prefill's activation graph lives as long as its cache
 def _prefill(model, tok, prompts: list[str]):
-    """Forward pass over left-padded prompts: (last logits, KV cache, attention mask, next positions).
+    """Forward pass over prompts: (last logits, KV cache, attention mask, next positions).
 
-    A single prompt that shares at least MIN_SHARED leading tokens with the previous single prompt
-    starts from that prompt's cache, cropped to the shared part (sliding-window caches excepted).
+    One prompt starts from the cached prompt (of the last PREFIX_SLOTS) it shares the most leading
+    tokens with, if at least MIN_SHARED. Several prompts are decoded as a batch: the head they all
+    share (a chat template's system turn, few-shot examples, a question) is prefilled once, through
+    the one-prompt path and its cache, and each row continues with its own tail, left-padded after
+    the shared head. Sliding-window caches (Gemma 3) are never cropped, so they always start afresh.
     """
     rows = [encode(tok, p) for p in prompts]
-    dev = model.device
     if len(rows) == 1:
-        ids = rows[0]
-        slots = _LAST.setdefault(id(model), [])
-        keep, past = 0, None
-        if REUSE_PREFIX and slots:
-            shared = [min(_shared_prefix(ids, s[0]), len(ids) - 1) for s in slots]
-            best = max(range(len(slots)), key=shared.__getitem__)
-            cache = slots[best][1]
-            if shared[best] >= MIN_SHARED and not any(cache.is_sliding):
-                keep, past = shared[best], _fork(cache)
-                past.crop(keep - past.get_seq_length())
-        mask = torch.ones(1, len(ids), dtype=torch.long, device=dev)
-        positions = torch.arange(keep, len(ids), device=dev)[None]
-        logits, past = _forward(model, torch.tensor([ids[keep:]], device=dev), mask, positions, past)
-        slots[:] = [(ids, _fork(past))] + [s for s in slots if s[0] != ids][:PREFIX_SLOTS - 1]
-        return logits, past, mask, torch.tensor([len(ids)], device=dev)
-    width = max(len(r) for r in rows)
-    ids = torch.tensor([[tok.pad_token_id] * (width - len(r)) + r for r in rows], device=dev)
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=dev)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    logits, past = _forward(model, ids, mask, positions, None)
+        return _prefill_one(model, rows[0])
+    dev = model.device
+    head = min(min(_shared_prefix(rows[0], r) for r in rows[1:]), min(len(r) for r in rows) - 1)
+    keep, past = 0, None
+    if REUSE_PREFIX and head >= MIN_SHARED:
+        _, past, _, _ = _prefill_one(model, rows[0][:head])
+        if any(past.is_sliding):
+            past = None
+        else:
+            keep = head
+            past.batch_repeat_interleave(len(rows))
+    tails = [r[keep:] for r in rows]
+    width = max(len(t) for t in tails)
+    ids = torch.tensor([[tok.pad_token_id] * (width - len(t)) + t for t in tails], device=dev)
+    tail_mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for t in tails], device=dev)
+    mask = torch.cat([tail_mask.new_ones(len(rows), keep), tail_mask], dim=-1)
+    positions = keep + (tail_mask.cumsum(-1) - 1).clamp(min=0)
+    logits, past = _forward(model, ids, mask, positions, past)
     return logits, past, mask, positions[:, -1] + 1
+
+
+def _prefill_one(model, ids: list[int]):
+    dev = model.device
+    slots = _LAST.setdefault(id(model), [])
+    keep, past = 0, None
+    if REUSE_PREFIX and slots:
+        shared = [min(_shared_prefix(ids, s[0]), len(ids) - 1) for s in slots]
+        best = max(range(len(slots)), key=shared.__getitem__)
+        cache = slots[best][1]
+        if shared[best] >= MIN_SHARED and not any(cache.is_sliding):
+            keep, past = shared[best], _fork(cache)
+            past.crop(keep - past.get_seq_length())
+    mask = torch.ones(1, len(ids), dtype=torch.long, device=dev)
+    positions = torch.arange(keep, len(ids), device=dev)[None]
+    logits, past = _forward(model, torch.tensor([ids[keep:]], device=dev), mask, positions, past)
+    slots[:] = [(ids, _fork(past))] + [s for s in slots if s[0] != ids][:PREFIX_SLOTS - 1]
+    return logits, past, mask, torch.tensor([len(ids)], device=dev)
 
 
 def _draw(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,

@@ -290,3 +290,24 @@ def test_grouped_attention_equals_transformers_sdpa_with_padding(tiny):
     finally:
         model.set_attn_implementation("sdpa_grouped")
     assert ours == ref
+
+
+def test_batch_prefills_the_shared_head_once_and_matches_one_by_one(tiny):
+    model, tok = tiny
+    head = "System: a long shared head of the chat template\nUser: "
+    prompts = [head + "first question?", head + "2nd?", head + "a third, longer question?"]
+    common.forget_prefix()
+    seen, h = [], model.model.embed_tokens.register_forward_hook(lambda m, i, o: seen.append(tuple(i[0].shape)))
+    try:
+        batch = common.greedy(model, tok, prompts, max_new_tokens=8)
+    finally:
+        h.remove()
+    n_head = len(common.encode(tok, head)) + 1        # the head's final space is shared too
+    tails = [len(common.encode(tok, p)) - n_head for p in prompts]
+    assert seen[:2] == [(1, n_head), (3, max(tails))]   # the head once, then the padded tails
+    common.REUSE_PREFIX = common.BATCH = False
+    try:
+        alone = [common.greedy(model, tok, p, max_new_tokens=8) for p in prompts]
+    finally:
+        common.REUSE_PREFIX = common.BATCH = True
+    assert [g.token_ids for g in batch] == [g.token_ids for g in alone]

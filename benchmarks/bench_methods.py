@@ -1,0 +1,98 @@
+"""Seconds per question of each method on its demo set, with and without the speed-ups.
+
+    python benchmarks/bench_methods.py [--methods seakr ctrla rowen] [--limit 3] [--before DIR]
+
+For each method, the same command runs twice per repeat, one after the other in this one process
+tree: as shipped, and with --plain (no prefix KV cache, no batching: every model call prefilled and
+decoded alone; the same code behind one flag). --before DIR adds a third run of an older checkout of
+this project (e.g. `git worktree add /tmp/before <commit>`) with the same arguments, to compare with
+the code before a change. Seconds per question are the median over the questions of the per-question
+times each run records (model loading excluded). The outputs are compared question by question:
+the predictions, and the whole per-question trace.
+
+Prints a table and one JSON line. Each run is a fresh process; set OMP_NUM_THREADS to choose threads.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = {"seakr": "hotpotqa", "ctrla": "popqa", "rowen": "truthfulqa"}   # each method's demo set
+
+
+def run(method: str, code: Path, dataset: str, limit: int, out: Path, plain: bool) -> list[dict]:
+    cmd = [sys.executable, str(code / f"{method}.py"), "--dataset", dataset, "--limit", str(limit),
+           "--output", str(out)] + (["--plain"] if plain else [])
+    done = subprocess.run(cmd, cwd=code, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"error: {' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+    return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+
+
+def strip_times(value):
+    """A row's trace without its timing fields (they differ from run to run by nature)."""
+    if isinstance(value, dict):
+        return {k: strip_times(v) for k, v in value.items() if k not in ("seconds",)}
+    if isinstance(value, list):
+        return [strip_times(v) for v in value]
+    return value
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--methods", nargs="+", default=list(DEMO), choices=list(DEMO))
+    p.add_argument("--limit", type=int, default=3, help="questions of each demo set")
+    p.add_argument("--repeats", type=int, default=1, help="runs of each variant (per-question times pooled)")
+    p.add_argument("--before", type=Path, help="an older checkout of this project to time as well")
+    a = p.parse_args()
+    variants = [("shipped", ROOT, False), ("plain", ROOT, True)]
+    if a.before:
+        if not (a.before / "seakr.py").exists():
+            raise SystemExit(f"error: {a.before} is not a checkout of this project")
+        variants.append(("before", a.before.resolve(), False))
+    figures, lines = {}, []
+    with tempfile.TemporaryDirectory() as tmp:
+        for method in a.methods:
+            secs = {name: [] for name, _, _ in variants}
+            rows = {}
+            for r in range(a.repeats):
+                for name, code, plain in variants:
+                    out = Path(tmp) / f"{method}-{name}-{r}.jsonl"
+                    got = run(method, code, DEMO[method], a.limit, out, plain)
+                    secs[name] += [row["seconds"] for row in got]
+                    rows.setdefault(name, got)
+            med = {name: statistics.median(s) for name, s in secs.items()}
+            ref = rows["shipped"]
+            same = {name: (sum(x["prediction"] == y["prediction"] for x, y in zip(ref, rows[name])),
+                           sum(strip_times(x) == strip_times(y) for x, y in zip(ref, rows[name])))
+                    for name in rows if name != "shipped"}
+            fig = {"dataset": DEMO[method], "questions": len(ref),
+                   **{f"{name}_s_per_q": round(v, 2) for name, v in med.items()},
+                   "speedup_vs_plain": round(med["plain"] / med["shipped"], 2)}
+            if "before" in med:
+                fig["speedup_vs_before"] = round(med["before"] / med["shipped"], 2)
+            for name, (np_, nt) in same.items():
+                fig[f"same_predictions_{name}"] = f"{np_}/{len(ref)}"
+                fig[f"same_traces_{name}"] = f"{nt}/{len(ref)}"
+            figures[method] = fig
+            lines.append(f"{method:6} {DEMO[method]:11} " + " ".join(f"{med[n]:9.1f}" for n, _, _ in variants)
+                         + f" {fig['speedup_vs_plain']:8.2f}x"
+                         + "  " + ", ".join(f"{n}: predictions {same[n][0]}/{len(ref)}, traces "
+                                            f"{same[n][1]}/{len(ref)}" for n in same))
+    print(f"threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; seconds per question "
+          f"(median over {a.limit} questions x {a.repeats} repeats)")
+    print(f"{'method':6} {'dataset':11} " + " ".join(f"{n:>9}" for n, _, _ in variants)
+          + f" {'vs plain':>9}  outputs equal to shipped")
+    print("\n".join(lines))
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
