@@ -388,6 +388,30 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
 # ----------------------------------------------------------------------------------------------
 # Command line
 
+def modes_from_run(rows: list[dict], alpha: float = ALPHA) -> dict[str, list[dict]]:
+    """Rowen-CL, -CM, -Hybrid (default thresholds) and the never-retrieve baseline, re-read from one
+    `--mode hybrid --always-retrieve` run. Every mode draws the same perturbations (same seed) and gets
+    the same greedy answers and verdicts, and retrieval repairs with the same greedy call, so mode m's
+    prediction is the run's repaired answer iff Z_m < threshold_m, else r0 (exactly what a run of that
+    mode returns). Model calls and seconds are those of the hybrid run (a CL-only run makes fewer)."""
+    out = {}
+    for mode in ("cl", "cm", "hybrid", "never"):
+        rows_m = []
+        for row in rows:
+            tr = row["trace"]
+            if tr.get("z_cl") is None or tr.get("z_cm") is None or not tr.get("retrieved"):
+                raise common.InputError(f"{row['id']}: not from a --mode hybrid --always-retrieve run")
+            z = {"cl": tr["z_cl"], "cm": tr["z_cm"], "never": None,
+                 "hybrid": hybrid_score(tr["z_cl"], tr["z_cm"], alpha)}[mode]
+            retrieve = mode != "never" and should_retrieve(z, default_threshold(mode, alpha))
+            final = tr["final_answer"] if retrieve else tr["initial_answer"]
+            if tr["task"] == "strategyqa":
+                final = {True: "yes", False: "no"}.get(read_yes_no(final), "unknown")
+            rows_m.append({**row, "prediction": final, "retrievals": len(tr["queries"]) if retrieve else 0})
+        out[mode] = rows_m
+    return out
+
+
 def run_name(args) -> str:
     """The output file's method part, so that runs with other settings never resume each other."""
     parts = [f"rowen-{args.mode}", "never" if args.never_retrieve else "always" if args.always_retrieve else "",
@@ -413,7 +437,19 @@ def main(argv=None):
     baseline = p.add_mutually_exclusive_group()
     baseline.add_argument("--never-retrieve", action="store_true", help="baseline: always keep r0 (Z still computed)")
     baseline.add_argument("--always-retrieve", action="store_true", help="baseline: always search and repair")
+    p.add_argument("--modes-from", metavar="FILE",
+                   help="print Rowen-CL, -CM, -Hybrid and never-retrieve re-read from one "
+                        "--mode hybrid --always-retrieve output file (see modes_from_run), then exit")
     args = p.parse_args(argv)
+    if args.modes_from:
+        import eval as metrics
+        try:
+            rows = metrics.read_rows(args.modes_from)
+        except (OSError, ValueError) as e:
+            raise common.InputError(f"--modes-from: {e}") from None
+        table = [(f"rowen-{m}", metrics.summarize(r)) for m, r in modes_from_run(rows, args.alpha).items()]
+        print(metrics.format_table(table, markdown=True))
+        return
     if args.k < 1:
         raise common.InputError(f"--k {args.k}: need at least one perturbed question")
     s = Settings(mode=args.mode, threshold=args.threshold, alpha=args.alpha, k=args.k,

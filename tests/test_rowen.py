@@ -371,3 +371,25 @@ def test_one_question_on_embedded_models(tmp_path, monkeypatch):
     assert isinstance(row["prediction"], str) and row["prediction"]
     assert 1 <= len(tr["perturbed_questions"]) <= 2 and len(tr["verifier_answers"]) == len(tr["perturbed_questions"])
     assert tr["decision"] == (tr["z"] < 1.4) and row["model_calls"] == sum(tr["calls"].values())
+
+
+def test_modes_re_read_from_one_hybrid_always_run():
+    def row(qid, z_cl, z_cm, task="qa"):
+        return {"id": qid, "answers": ["x"], "prediction": "repaired", "retrievals": 2, "model_calls": 40,
+                "seconds": 1.0, "trace": {"task": task, "z_cl": z_cl, "z_cm": z_cm, "retrieved": True,
+                                          "queries": ["q1", "q2"], "initial_answer": "r0",
+                                          "final_answer": "repaired"}}
+    # thresholds 0.6 (CL), 0.8 (CM), 1.4 (hybrid): Z_CL 0.5 retrieves, Z_CM 1.0 does not, 1.5 does not
+    modes = rowen.modes_from_run([row("a", 0.5, 1.0), row("b", 0.0, 0.0)])
+    assert [r["prediction"] for r in modes["cl"]] == ["repaired", "repaired"]
+    assert [r["prediction"] for r in modes["cm"]] == ["r0", "repaired"]
+    assert [r["prediction"] for r in modes["hybrid"]] == ["r0", "repaired"]
+    assert [r["prediction"] for r in modes["never"]] == ["r0", "r0"]
+    assert [r["retrievals"] for r in modes["cm"]] == [0, 2]
+    # Z exactly at the threshold keeps r0; StrategyQA answers are read as yes / no
+    sq = row("c", 0.6, 0.8, task="strategyqa")
+    sq["trace"].update(initial_answer="No.", final_answer="Yes, it can.")
+    modes = rowen.modes_from_run([sq])
+    assert modes["cl"][0]["prediction"] == "no" and modes["hybrid"][0]["prediction"] == "no"
+    with pytest.raises(common.InputError):
+        rowen.modes_from_run([{**row("d", 0.1, None), "id": "d"}])
