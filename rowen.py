@@ -412,6 +412,39 @@ def modes_from_run(rows: list[dict], alpha: float = ALPHA) -> dict[str, list[dic
     return out
 
 
+def initial_is_right(row: dict) -> bool:
+    """Whether r0 (the initial answer) is right: StrategyQA's label, TruthfulQA's closer-to-correct,
+    otherwise the gold answer contained in it (CtrlA's accuracy)."""
+    import eval as metrics
+    r0 = row["trace"]["initial_answer"]
+    if row["trace"]["task"] == "strategyqa":
+        r0 = {True: "yes", False: "no"}.get(read_yes_no(r0), "unknown")
+    scores = metrics.score_record({**row, "prediction": r0})
+    return bool(scores.get("acc", scores.get("closer_to_correct")))
+
+
+def detection_quality(rows: list[dict], alpha: float = ALPHA) -> dict:
+    """Does a low Z go with a wrong initial answer? Per score (Z_CL, Z_CM, hybrid): the AUC of Z
+    separating right from wrong r0 (the chance that a random right answer has the higher Z; ties
+    count half; 0.5 = no signal), and the rate at which the default threshold sends wrong and right
+    answers to retrieval."""
+    if any(r["trace"].get("z_cl") is None or r["trace"].get("z_cm") is None for r in rows):
+        raise common.InputError("detection quality needs Z_CL and Z_CM: a --mode hybrid run")
+    right = [initial_is_right(r) for r in rows]
+    out = {"n": len(rows), "wrong": right.count(False)}
+    for name in ("cl", "cm", "hybrid"):
+        z = [{"cl": r["trace"]["z_cl"], "cm": r["trace"]["z_cm"]}.get(name) if name != "hybrid"
+             else hybrid_score(r["trace"]["z_cl"], r["trace"]["z_cm"], alpha) for r in rows]
+        good = [v for v, ok in zip(z, right) if ok]
+        bad = [v for v, ok in zip(z, right) if not ok]
+        pairs = [(g > b) + 0.5 * (g == b) for g in good for b in bad]
+        th = default_threshold(name, alpha)
+        out[name] = {"auc": round(sum(pairs) / len(pairs), 3) if pairs else None,
+                     "retrieve_wrong": round(sum(v < th for v in bad) / len(bad), 3) if bad else None,
+                     "retrieve_right": round(sum(v < th for v in good) / len(good), 3) if good else None}
+    return out
+
+
 def run_name(args) -> str:
     """The output file's method part, so that runs with other settings never resume each other."""
     parts = [f"rowen-{args.mode}", "never" if args.never_retrieve else "always" if args.always_retrieve else "",
@@ -438,8 +471,9 @@ def main(argv=None):
     baseline.add_argument("--never-retrieve", action="store_true", help="baseline: always keep r0 (Z still computed)")
     baseline.add_argument("--always-retrieve", action="store_true", help="baseline: always search and repair")
     p.add_argument("--modes-from", metavar="FILE",
-                   help="print Rowen-CL, -CM, -Hybrid and never-retrieve re-read from one "
-                        "--mode hybrid --always-retrieve output file (see modes_from_run), then exit")
+                   help="read a --mode hybrid output file: print how well Z_CL, Z_CM and Z flag wrong initial "
+                        "answers (detection_quality) and, for an --always-retrieve run, Rowen-CL, -CM, "
+                        "-Hybrid and never-retrieve re-read from it (modes_from_run); then exit")
     args = p.parse_args(argv)
     if args.modes_from:
         import eval as metrics
@@ -447,8 +481,14 @@ def main(argv=None):
             rows = metrics.read_rows(args.modes_from)
         except (OSError, ValueError) as e:
             raise common.InputError(f"--modes-from: {e}") from None
-        table = [(f"rowen-{m}", metrics.summarize(r)) for m, r in modes_from_run(rows, args.alpha).items()]
-        print(metrics.format_table(table, markdown=True))
+        if all(r["trace"].get("retrieved") for r in rows):
+            table = [(f"rowen-{m}", metrics.summarize(r)) for m, r in modes_from_run(rows, args.alpha).items()]
+            print(metrics.format_table(table, markdown=True))
+        q = detection_quality(rows, args.alpha)
+        print(f"detection on {q['n']} questions, {q['wrong']} initial answers wrong:")
+        for name in ("cl", "cm", "hybrid"):
+            print(f"  Z_{name}: AUC {q[name]['auc']}, retrieves {q[name]['retrieve_wrong']} of wrong and "
+                  f"{q[name]['retrieve_right']} of right answers")
         return
     if args.k < 1:
         raise common.InputError(f"--k {args.k}: need at least one perturbed question")

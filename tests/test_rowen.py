@@ -393,3 +393,20 @@ def test_modes_re_read_from_one_hybrid_always_run():
     assert modes["cl"][0]["prediction"] == "no" and modes["hybrid"][0]["prediction"] == "no"
     with pytest.raises(common.InputError):
         rowen.modes_from_run([{**row("d", 0.1, None), "id": "d"}])
+
+
+def test_detection_quality_auc_and_flag_rates():
+    def row(r0, z_cl, z_cm):
+        return {"id": r0, "answers": ["Paris"], "trace": {"task": "qa", "initial_answer": r0, "z_cl": z_cl,
+                                                          "z_cm": z_cm}}
+    rows = [row("Paris", 1.0, 0.5), row("It is Paris.", 0.5, 1.0), row("Lyon", 0.5, 0.0), row("Nice", 0.0, 1.0)]
+    q = rowen.detection_quality(rows)
+    assert (q["n"], q["wrong"]) == (4, 2)
+    # Z_CL: right {1.0, 0.5} vs wrong {0.5, 0.0}: pairs 1, 1, 0.5, 1 -> 3.5 / 4
+    assert q["cl"]["auc"] == 0.875
+    # Z_CM: right {0.5, 1.0} vs wrong {0.0, 1.0}: 1, 0, 1, 0.5 -> 0.625; threshold 0.8 retrieves 1 of 2 each
+    assert q["cm"] == {"auc": 0.625, "retrieve_wrong": 0.5, "retrieve_right": 0.5}
+    # hybrid: right {1.5, 1.5} vs wrong {0.5, 1.0}: all pairs won; threshold 1.4 retrieves both wrong, no right
+    assert q["hybrid"] == {"auc": 1.0, "retrieve_wrong": 1.0, "retrieve_right": 0.0}
+    with pytest.raises(common.InputError):
+        rowen.detection_quality([row("Paris", 1.0, None)])
