@@ -311,3 +311,43 @@ def test_batch_prefills_the_shared_head_once_and_matches_one_by_one(tiny):
     finally:
         common.REUSE_PREFIX = common.BATCH = True
     assert [g.token_ids for g in batch] == [g.token_ids for g in alone]
+
+
+def test_shared_prompt_attention_equals_sdpa_over_copied_prompts():
+    torch.manual_seed(0)
+    rows, heads, kv_heads, prompt_len, own, dim = 3, 4, 2, 6, 2, 8
+    q = torch.randn(rows, heads, 1, dim)
+    pk, pv = torch.randn(1, kv_heads, prompt_len, dim), torch.randn(1, kv_heads, prompt_len, dim)
+    k, v = torch.randn(rows, kv_heads, own, dim), torch.randn(rows, kv_heads, own, dim)
+    full_k = torch.cat([pk.expand(rows, -1, -1, -1), k], -2)
+    full_v = torch.cat([pv.expand(rows, -1, -1, -1), v], -2)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, full_k, full_v, scale=0.4, enable_gqa=True)
+    ours = common._attend_shared_prompt(q, k, v, (pk, pv), None, 0.4)
+    assert ours.shape == (rows, 1, heads, dim)
+    assert torch.allclose(ours, ref.transpose(1, 2), atol=1e-6)
+    mask = torch.ones(rows, 1, 1, prompt_len + own, dtype=torch.bool)
+    mask[1, :, :, 2] = mask[2, :, :, prompt_len] = False
+    ref = torch.nn.functional.scaled_dot_product_attention(q, full_k, full_v, attn_mask=mask, scale=0.4,
+                                                           enable_gqa=True)
+    assert torch.allclose(common._attend_shared_prompt(q, k, v, (pk, pv), mask, 0.4), ref.transpose(1, 2),
+                          atol=1e-6)
+
+
+def test_samples_with_a_shared_prompt_equal_samples_with_a_copy_per_row(tiny, monkeypatch):
+    model, tok = tiny
+    mlp = common.decoder_layers(model)[1].mlp
+    prompt = "Question: which samples?\nAnswer:"
+    kw = dict(k=6, max_new_tokens=9, seed=3, with_greedy=True, hidden_module=mlp, top_k=20, top_p=0.9,
+              stop=("e", "a", "o"))                 # rows end at different steps and leave the cache
+    used, attend = [], common._attend_shared_prompt
+    monkeypatch.setattr(common, "_attend_shared_prompt", lambda *a: used.append(1) or attend(*a))
+    shared = common.sample(model, tok, prompt, **kw)
+    assert used and len({len(g.token_ids) for g in shared}) > 1
+    common.SHARE_PROMPT = False
+    try:
+        copied = common.sample(model, tok, prompt, **kw)
+    finally:
+        common.SHARE_PROMPT = True
+    assert [g.token_ids for g in shared] == [g.token_ids for g in copied]
+    for a, b in zip(shared, copied):
+        assert torch.allclose(a.hidden, b.hidden, atol=1e-5)
