@@ -1,8 +1,9 @@
 """Seconds per question of each method on its demo set, with and without the speed-ups.
 
-    python benchmarks/bench_methods.py [--methods seakr ctrla rowen] [--limit 3] [--before DIR]
+    python benchmarks/bench_methods.py [--methods seakr ctrla rowen ctrla:hotpotqa] [--limit 3] [--before DIR]
 
-For each method, the same command runs twice per repeat, one after the other in this one process
+Each method runs on its demo set (seakr: hotpotqa, ctrla: popqa, rowen: truthfulqa) or on the one
+named after a colon. For each, the same command runs twice per repeat, one after the other in this one process
 tree: as shipped, and with --plain (no prefix KV cache, no batching: every model call prefilled and
 decoded alone; the same code behind one flag). --before DIR adds a third run of an older checkout of
 this project (e.g. `git worktree add /tmp/before <commit>`) with the same arguments, to compare with
@@ -47,7 +48,8 @@ def strip_times(value):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--methods", nargs="+", default=list(DEMO), choices=list(DEMO))
+    p.add_argument("--methods", nargs="+", default=list(DEMO), metavar="METHOD[:DATASET]",
+                   help="seakr, ctrla, rowen, each optionally with a demo set: ctrla:hotpotqa")
     p.add_argument("--limit", type=int, default=3, help="questions of each demo set")
     p.add_argument("--repeats", type=int, default=1, help="runs of each variant (per-question times pooled)")
     p.add_argument("--before", type=Path, help="an older checkout of this project to time as well")
@@ -57,15 +59,21 @@ def main():
         if not (a.before / "seakr.py").exists():
             raise SystemExit(f"error: {a.before} is not a checkout of this project")
         variants.append(("before", a.before.resolve(), False))
+    runs = []
+    for item in a.methods:
+        method, _, dataset = item.partition(":")
+        if method not in DEMO:
+            raise SystemExit(f"error: unknown method '{method}' (seakr, ctrla, rowen)")
+        runs.append((method, dataset or DEMO[method]))
     figures, lines = {}, []
     with tempfile.TemporaryDirectory() as tmp:
-        for method in a.methods:
+        for method, dataset in runs:
             secs = {name: [] for name, _, _ in variants}
             rows = {}
             for r in range(a.repeats):
                 for name, code, plain in variants:
-                    out = Path(tmp) / f"{method}-{name}-{r}.jsonl"
-                    got = run(method, code, DEMO[method], a.limit, out, plain)
+                    out = Path(tmp) / f"{method}-{dataset}-{name}-{r}.jsonl"
+                    got = run(method, code, dataset, a.limit, out, plain)
                     secs[name] += [row["seconds"] for row in got]
                     rows.setdefault(name, got)
             med = {name: statistics.median(s) for name, s in secs.items()}
@@ -73,7 +81,7 @@ def main():
             same = {name: (sum(x["prediction"] == y["prediction"] for x, y in zip(ref, rows[name])),
                            sum(strip_times(x) == strip_times(y) for x, y in zip(ref, rows[name])))
                     for name in rows if name != "shipped"}
-            fig = {"dataset": DEMO[method], "questions": len(ref),
+            fig = {"dataset": dataset, "questions": len(ref),
                    **{f"{name}_s_per_q": round(v, 2) for name, v in med.items()},
                    "speedup_vs_plain": round(med["plain"] / med["shipped"], 2)}
             if "before" in med:
@@ -81,8 +89,8 @@ def main():
             for name, (np_, nt) in same.items():
                 fig[f"same_predictions_{name}"] = f"{np_}/{len(ref)}"
                 fig[f"same_traces_{name}"] = f"{nt}/{len(ref)}"
-            figures[method] = fig
-            lines.append(f"{method:6} {DEMO[method]:11} " + " ".join(f"{med[n]:9.1f}" for n, _, _ in variants)
+            figures[f"{method}:{dataset}"] = fig
+            lines.append(f"{method:6} {dataset:11} " + " ".join(f"{med[n]:9.1f}" for n, _, _ in variants)
                          + f" {fig['speedup_vs_plain']:8.2f}x"
                          + "  " + ", ".join(f"{n}: predictions {same[n][0]}/{len(ref)}, traces "
                                             f"{same[n][1]}/{len(ref)}" for n in same))
