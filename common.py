@@ -270,8 +270,9 @@ class _BufferedLayer(DynamicLayer):
         self.dtype, self.device, self.is_initialized = layer.keys.dtype, layer.keys.device, True
         self._k = layer.keys.new_empty(rows, heads, n + room, dim)
         self._v = layer.values.new_empty(rows, heads, n + room, layer.values.shape[-1])
-        self._k[:, :, :n] = layer.keys      # broadcasts a one-row prompt cache to all rows
-        self._v[:, :, :n] = layer.values
+        # prompt i fills rows i * per ... (i + 1) * per - 1 (a one-prompt cache: all rows)
+        self._k.view(b, rows // b, heads, n + room, dim)[:, :, :, :n] = layer.keys[:, None]
+        self._v.view(b, rows // b, heads, n + room, -1)[:, :, :, :n] = layer.values[:, None]
         self._n = n
         self._views()
 
@@ -315,7 +316,8 @@ class _SharedPromptLayer(_BufferedLayer):
 
     def __init__(self, layer: DynamicLayer, rows: int, room: int):
         DynamicLayer.__init__(self)
-        _, heads, self._p, dim = layer.keys.shape
+        b, heads, self._p, dim = layer.keys.shape
+        self.group = torch.arange(b, device=layer.keys.device).repeat_interleave(rows // b)  # row -> prompt
         self.prompt = (layer.keys, layer.values)
         self.dtype, self.device, self.is_initialized = layer.keys.dtype, layer.keys.device, True
         self._k = layer.keys.new_empty(rows, heads, room, dim)
@@ -325,7 +327,12 @@ class _SharedPromptLayer(_BufferedLayer):
 
     def _views(self):
         super()._views()
-        self.keys.shared_prompt = self.prompt
+        self.keys.shared_prompt = self.prompt + (self.group,)
+
+    def batch_select_indices(self, indices):
+        super().batch_select_indices(indices)
+        self.group = self.group[indices]
+        self._views()
 
     def get_seq_length(self) -> int:
         return self._p + self._n
@@ -335,8 +342,17 @@ def _attend_shared_prompt(query, keys, values, prompt, mask, scaling):
     """softmax(q [P-keys, own keys]^T * scaling) [P-values; own values] for R rows that share their
     first P positions, reading the shared ones once for all rows: query [R, heads, q, d], own
     keys/values [R, kv_heads, n, d], prompt keys/values [1, kv_heads, P, d]; returns [R, q, heads, d]
-    like transformers' attention functions. A grouped kv head serves heads // kv_heads query heads."""
-    pk, pv = prompt
+    like transformers' attention functions. A grouped kv head serves heads // kv_heads query heads.
+    With several prompts (prompt keys [b, ...]), `group` names each row's prompt and each prompt's
+    rows are attended to together."""
+    pk, pv, group = prompt
+    if pk.shape[0] > 1:
+        out = query.new_empty(query.shape[0], query.shape[2], query.shape[1], query.shape[3])
+        for g in group.unique().tolist():
+            idx = (group == g).nonzero().squeeze(1)
+            out[idx] = _attend_shared_prompt(query[idx], keys[idx], values[idx], (pk[g:g + 1], pv[g:g + 1], None),
+                                             None if mask is None else mask[idx], scaling)
+        return out
     rows, heads, q_len, dim = query.shape
     kv_heads, prompt_len = pk.shape[1], pk.shape[2]
     q = query.reshape(rows, kv_heads, heads // kv_heads * q_len, dim)     # [R, G, per*q, d]
@@ -451,8 +467,9 @@ def _draw(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
 @torch.inference_mode()
 def _decode(model, tok, logits, past, mask, next_pos, *, sampled: torch.Tensor, max_new_tokens: int,
             stop: tuple[str, ...], temperature: float, top_k: int, top_p: float,
-            generator: torch.Generator | None, hidden_module) -> list[Generation]:
-    """Batched decoding from a filled KV cache; row r samples if sampled[r] else decodes greedily.
+            generators: list | None, hidden_module) -> list[Generation]:
+    """Batched decoding from a filled KV cache; row r samples if sampled[r] else decodes greedily,
+    drawing from generators[r] (the rows of one prompt share theirs, so they draw what they would alone).
 
     A row ends at EOS, at a stop string or after max_new_tokens. With a hidden_module, the row's
     last token is then replaced by EOS and fed once more, and the module's output at that position
@@ -491,9 +508,10 @@ def _decode(model, tok, logits, past, mask, next_pos, *, sampled: torch.Tensor, 
                 alive = [alive[j] for j in keep]
             logp = torch.log_softmax(logits, dim=-1)
             pick = logits.argmax(-1)
-            rows_s = sampled[alive].to(logits.device)
-            if rows_s.any():
-                pick[rows_s] = _draw(logits[rows_s], temperature, top_k, top_p, generator)
+            drawing = [j for j, r in enumerate(alive) if sampled[r]]
+            for source in dict.fromkeys(generators[alive[j]] for j in drawing):   # in row order
+                js = [j for j in drawing if generators[alive[j]] is source]
+                pick[js] = _draw(logits[js], temperature, top_k, top_p, source)
             feed = pick.clone()
             picks, chosen = pick.tolist(), logp.gather(-1, pick[:, None]).squeeze(-1).tolist()
             going = []
@@ -545,30 +563,48 @@ def greedy(model, tok, prompts: str | list[str], max_new_tokens: int = 64, stop:
     past = _for_decoding(past, len(batch), max_new_tokens + 1)
     outs = _decode(model, tok, logits, past, mask, pos, sampled=torch.zeros(len(batch), dtype=torch.bool),
                    max_new_tokens=max_new_tokens, stop=tuple(stop), temperature=1.0, top_k=0, top_p=1.0,
-                   generator=None, hidden_module=hidden_module)
+                   generators=None, hidden_module=hidden_module)
     return outs[0] if single else outs
 
 
 def sample(model, tok, prompt: str, k: int, *, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
            max_new_tokens: int = 64, stop: tuple[str, ...] = (), seed: int = 0, hidden_module=None,
            with_greedy: bool = False) -> list[Generation]:
-    """k sampled continuations of one prompt from ONE prefill: the prompt's KV cache is expanded to
-    k rows and the rows are decoded as one batch.
+    """k sampled continuations of one prompt from ONE prefill, decoded as one batch whose rows share
+    one copy of the prompt's KV cache.
 
     with_greedy=True adds the greedy continuation as row 0 (k+1 rows, still one prefill): SeaKR's
     every model call needs both. The draws are repeatable for a given seed.
     """
-    logits, past, mask, pos = _prefill(model, tok, [prompt])
-    rows = k + int(with_greedy)
+    return sample_many(model, tok, [prompt], k, seeds=[seed], temperature=temperature, top_k=top_k,
+                       top_p=top_p, max_new_tokens=max_new_tokens, stop=stop, hidden_module=hidden_module,
+                       with_greedy=with_greedy)[0]
+
+
+def sample_many(model, tok, prompts: list[str], k: int, *, seeds: list[int], temperature: float = 1.0,
+                top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64, stop: tuple[str, ...] = (),
+                hidden_module=None, with_greedy: bool = False) -> list[list[Generation]]:
+    """sample() for several prompts in one batch (SeaKR's candidate passages): the prompts are
+    prefilled together (their shared head once), each gets its k (+1) rows, and each prompt's rows
+    draw from a generator seeded with its own seed, so every prompt gets the texts a call of its own
+    would give. With BATCH off, the prompts go one by one."""
+    if len(prompts) > 1 and not BATCH:
+        return [sample_many(model, tok, [p], k, seeds=[s], temperature=temperature, top_k=top_k, top_p=top_p,
+                            max_new_tokens=max_new_tokens, stop=stop, hidden_module=hidden_module,
+                            with_greedy=with_greedy)[0] for p, s in zip(prompts, seeds)]
+    logits, past, mask, pos = _prefill(model, tok, prompts)
+    per = k + int(with_greedy)
+    rows = per * len(prompts)
     past = _for_decoding(past, rows, max_new_tokens + 1, shared_prompt=SHARE_PROMPT)
     sampled = torch.ones(rows, dtype=torch.bool)
     if with_greedy:
-        sampled[0] = False
-    generator = torch.Generator().manual_seed(seed)
-    return _decode(model, tok, logits.expand(rows, -1), past, mask.expand(rows, -1), pos.expand(rows),
-                   sampled=sampled, max_new_tokens=max_new_tokens, stop=tuple(stop),
-                   temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
-                   hidden_module=hidden_module)
+        sampled[::per] = False
+    generators = [g for seed in seeds for g in [torch.Generator().manual_seed(seed)] * per]
+    outs = _decode(model, tok, logits.repeat_interleave(per, 0), past, mask.repeat_interleave(per, 0),
+                   pos.repeat_interleave(per), sampled=sampled, max_new_tokens=max_new_tokens,
+                   stop=tuple(stop), temperature=temperature, top_k=top_k, top_p=top_p,
+                   generators=generators, hidden_module=hidden_module)
+    return [outs[i * per:(i + 1) * per] for i in range(len(prompts))]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -234,13 +234,22 @@ class Budget:
 
 def call(model, tok, prompt: str, stop, s: Settings, budget: Budget) -> Call:
     """Greedy step + k samples with one prefill; U from the samples' EOS states (paper 3.1)."""
+    return call_many(model, tok, [prompt], stop, s, budget)[0]
+
+
+def call_many(model, tok, prompts: list[str], stop, s: Settings, budget: Budget) -> list[Call]:
+    """call() for independent prompts (the candidate passages of one retrieval) as one batch; each
+    gets the seed, and so the texts, it would get alone in this order."""
     mlp = common.decoder_layers(model)[s.layer].mlp
-    gens = common.sample(model, tok, prompt, s.k, temperature=TEMPERATURE, top_k=TOP_K, top_p=TOP_P,
-                         max_new_tokens=MAX_NEW_TOKENS, stop=stop, seed=budget.next_seed(),
-                         hidden_module=mlp, with_greedy=True)
-    greedy, samples = gens[0], [g for g in gens[1:] if g.text.strip()]
-    score = eigen_score(torch.stack([g.hidden for g in samples])) if samples else math.inf
-    return Call(greedy.text.strip(), score, greedy, len(samples))
+    seeds = [budget.next_seed() for _ in prompts]
+    calls = []
+    for gens in common.sample_many(model, tok, prompts, s.k, seeds=seeds, temperature=TEMPERATURE, top_k=TOP_K,
+                                   top_p=TOP_P, max_new_tokens=MAX_NEW_TOKENS, stop=stop, hidden_module=mlp,
+                                   with_greedy=True):
+        greedy, samples = gens[0], [g for g in gens[1:] if g.text.strip()]
+        score = eigen_score(torch.stack([g.hidden for g in samples])) if samples else math.inf
+        calls.append(Call(greedy.text.strip(), score, greedy, len(samples)))
+    return calls
 
 
 def forced_answer(model, tok, prompt: str, budget: Budget) -> str | None:
@@ -309,8 +318,8 @@ def rerank(model, tok, bm25, prefix, question, steps, docs, searched, failed: Ca
     if not s.rerank:
         hits = hits[:1]
     context = [passage_text(d) for d in docs]
-    cands = [call(model, tok, build_prompt(prefix, question, steps, context + [passage_text(h)]),
-                  stop_strings(bool(steps), final=False), s, budget) for h in hits]
+    cands = call_many(model, tok, [build_prompt(prefix, question, steps, context + [passage_text(h)]) for h in hits],
+                      stop_strings(bool(steps), final=False), s, budget)     # one batch
     best = pick_candidate([c.score for c in cands], [c.text for c in cands])
     entry["candidates"] = [{"id": h["id"], "title": h["title"], "bm25": round(h["score"], 3),
                             "text": c.text, "score": _num(c.score)} for h, c in zip(hits, cands)]

@@ -322,14 +322,14 @@ def test_shared_prompt_attention_equals_sdpa_over_copied_prompts():
     full_k = torch.cat([pk.expand(rows, -1, -1, -1), k], -2)
     full_v = torch.cat([pv.expand(rows, -1, -1, -1), v], -2)
     ref = torch.nn.functional.scaled_dot_product_attention(q, full_k, full_v, scale=0.4, enable_gqa=True)
-    ours = common._attend_shared_prompt(q, k, v, (pk, pv), None, 0.4)
+    ours = common._attend_shared_prompt(q, k, v, (pk, pv, None), None, 0.4)
     assert ours.shape == (rows, 1, heads, dim)
     assert torch.allclose(ours, ref.transpose(1, 2), atol=1e-6)
     mask = torch.ones(rows, 1, 1, prompt_len + own, dtype=torch.bool)
     mask[1, :, :, 2] = mask[2, :, :, prompt_len] = False
     ref = torch.nn.functional.scaled_dot_product_attention(q, full_k, full_v, attn_mask=mask, scale=0.4,
                                                            enable_gqa=True)
-    assert torch.allclose(common._attend_shared_prompt(q, k, v, (pk, pv), mask, 0.4), ref.transpose(1, 2),
+    assert torch.allclose(common._attend_shared_prompt(q, k, v, (pk, pv, None), mask, 0.4), ref.transpose(1, 2),
                           atol=1e-6)
 
 
@@ -351,3 +351,24 @@ def test_samples_with_a_shared_prompt_equal_samples_with_a_copy_per_row(tiny, mo
     assert [g.token_ids for g in shared] == [g.token_ids for g in copied]
     for a, b in zip(shared, copied):
         assert torch.allclose(a.hidden, b.hidden, atol=1e-5)
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_sample_many_gives_each_prompt_what_it_gets_alone(tiny, share):
+    model, tok = tiny
+    mlp = common.decoder_layers(model)[1].mlp
+    head = "Context: a shared head of few-shot examples\n"
+    prompts = [head + "[1] first passage\nQ: x?\nA:", head + "[1] 2nd\nQ: x?\nA:", head + "[1] a third one, longer\nQ: x?\nA:"]
+    kw = dict(max_new_tokens=8, with_greedy=True, hidden_module=mlp, top_k=20, top_p=0.9, stop=("e", "o"))
+    common.SHARE_PROMPT = share
+    try:
+        together = common.sample_many(model, tok, prompts, 4, seeds=[5, 6, 7], **kw)
+        alone = [common.sample(model, tok, p, 4, seed=s, **kw) for p, s in zip(prompts, [5, 6, 7])]
+    finally:
+        common.SHARE_PROMPT = True
+    for t, a in zip(together, alone):
+        assert [g.token_ids for g in t] == [g.token_ids for g in a]
+        assert [g.finish for g in t] == [g.finish for g in a]
+        for x, y in zip(t, a):
+            assert torch.allclose(x.hidden, y.hidden, atol=1e-5)
+    assert len({len(g.token_ids) for g in together[0] + together[1]}) > 1   # rows left the batch

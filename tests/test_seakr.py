@@ -126,6 +126,20 @@ def test_call_scores_samples_with_one_prefill(tiny):
     assert again.text == c.text and again.score == pytest.approx(c.score, abs=1e-4)   # seeded: repeatable
 
 
+def test_candidate_calls_in_one_batch_equal_calls_one_by_one(tiny):
+    model, tok = tiny
+    s = seakr.Settings(delta=0.0, layer=1, k=4)
+    head = "Question: a shared few-shot head\nAnswer: yes.\n\nContext: "
+    prompts = [head + t + "\nQuestion: ab\nAnswer:" for t in ("[1] one", "[1] a second passage", "[1] 3")]
+    batch_budget, one_budget = seakr.Budget(seed=9), seakr.Budget(seed=9)
+    batch = seakr.call_many(model, tok, prompts, ("\n",), s, batch_budget)
+    alone = [seakr.call(model, tok, p, ("\n",), s, one_budget) for p in prompts]
+    assert batch_budget.calls == one_budget.calls == 3
+    assert [c.text for c in batch] == [c.text for c in alone]
+    assert [c.samples for c in batch] == [c.samples for c in alone]
+    assert [c.score for c in batch] == pytest.approx([c.score for c in alone], abs=1e-3)
+
+
 CORPUS = [{"id": f"p{i}", "title": t, "text": x} for i, (t, x) in enumerate([
     ("Alpha", "Alpha is a town founded by Beta in 1900."),
     ("Beta", "Beta was a builder born in Gamma."),
