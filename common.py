@@ -127,16 +127,17 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "au
 
 def _sdpa_grouped(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """transformers' "sdpa" attention, except for two things. Rows that share their prompt in the
-    cache (_SharedPromptLayer) read it once for all rows (_attend_shared_prompt). Grouped key/value
-    heads (GQA) stay grouped when a padding mask is present. transformers then copies every key/value head once for each query head
-    it serves (repeat_kv: the whole cache, three times over for SmolLM2, per layer and step), while
-    torch's own enable_gqa reads them in place: 40 ms -> 2.6 ms per layer for 21 rows x 800 tokens
-    on one CPU core, same output. Everything else goes to transformers' function unchanged."""
+    cache (_SharedPromptLayer) read it once for all rows (_attend_shared_prompt). And on CPU,
+    grouped key/value heads (GQA) stay grouped under a padding mask: transformers then copies every
+    key/value head once for each query head it serves (repeat_kv: the whole cache, three times over
+    for SmolLM2, per layer and step), while torch's enable_gqa reads them in place (40 ms -> 2.6 ms
+    per layer for 21 rows x 800 tokens on one CPU core, same output). Everything else goes to
+    transformers' function unchanged."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     prompt = getattr(key, "shared_prompt", None)
     if prompt is not None:
         return _attend_shared_prompt(query, key, value, prompt, attention_mask, scaling), None
-    if (attention_mask is None or getattr(module, "num_key_value_groups", 1) == 1
+    if (attention_mask is None or getattr(module, "num_key_value_groups", 1) == 1 or query.device.type != "cpu"
             or kwargs.get("position_bias") is not None or kwargs.get("output_attentions")):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
@@ -365,7 +366,7 @@ def _attend_shared_prompt(query, keys, values, prompt, mask, scaling):
         m = mask[:, :, None].expand(rows, 1, heads // kv_heads, q_len, mask.shape[-1])
         m = m.reshape(rows, 1, -1, mask.shape[-1])
         scores = scores.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else scores + m
-    w = scores.softmax(-1)
+    w = scores.float().softmax(-1).to(query.dtype)    # in float32, as transformers' eager attention
     w_prompt = w[..., :prompt_len].transpose(0, 1).reshape(kv_heads, -1, prompt_len)
     out = (w_prompt @ pv[0]).view(kv_heads, rows, -1, dim).transpose(0, 1) + w[..., prompt_len:] @ values
     return out.reshape(rows, heads, q_len, dim).transpose(1, 2).contiguous()
