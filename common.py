@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import copy
 import csv
+import hashlib
 import importlib.util
 import json
 import math
@@ -244,7 +245,8 @@ BATCH = True
 SHARE_PROMPT = True      # k samples read one shared copy of their prompt's KV cache (_SharedPromptLayer)
 MIN_SHARED = 16          # shorter shared prefixes are not worth a cache fork
 PREFIX_SLOTS = 4         # prompts kept per model, most recent first (about 46 KB a token for SmolLM2-135M)
-_LAST = {}               # model id -> [(token ids, KV cache)] of recent single-prompt prefills
+_LAST = {}               # (model id, active steering) -> [(token ids, KV cache)] of recent prefills
+_STEERING = []           # (module id, digest of the vector) of each add_to_output in force
 
 
 def _fork(cache):
@@ -432,7 +434,7 @@ def _prefill(model, tok, prompts: list[str]):
 
 def _prefill_one(model, ids: list[int]):
     dev = model.device
-    slots = _LAST.setdefault(id(model), [])
+    slots = _LAST.setdefault((id(model), tuple(sorted(_STEERING))), [])
     keep, past = 0, None
     if REUSE_PREFIX and slots:
         shared = [min(_shared_prefix(ids, s[0]), len(ids) - 1) for s in slots]
@@ -624,7 +626,7 @@ def record_output(module):
 
 
 def forget_prefix() -> None:
-    """Drop the cached prefix KV states (they are only valid for the hooks active when they were made)."""
+    """Drop every cached prefix KV state."""
     _LAST.clear()
 
 
@@ -632,20 +634,22 @@ def forget_prefix() -> None:
 def add_to_output(module, vector: torch.Tensor):
     """Add `vector` to `module`'s output at every position, prompt and generated tokens alike.
 
-    subtle: a steered prompt's KV cache differs from the plain one, so the cached prefix is dropped
-    on entry and on exit and never crosses the steering boundary.
+    subtle: a steered prompt's KV cache differs from the plain one, so cached prefixes are kept per
+    set of active steering vectors (their exact values): a steered prefix serves only calls under
+    the same steering (CtrlA's next segment), and a plain one only plain calls.
     """
     def hook(m, i, o):
         if isinstance(o, tuple):
             return (o[0] + vector.to(o[0].dtype).to(o[0].device),) + tuple(o[1:])
         return o + vector.to(o.dtype).to(o.device)
-    forget_prefix()
+    key = (id(module), hashlib.sha1(vector.detach().float().cpu().numpy().tobytes()).hexdigest())
     handle = module.register_forward_hook(hook)
+    _STEERING.append(key)
     try:
         yield
     finally:
         handle.remove()
-        forget_prefix()
+        _STEERING.remove(key)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -278,8 +278,8 @@ def unconfident(scores: torch.Tensor, tau: float = TAU) -> torch.Tensor:
 def steering(model, feats: dict, keys, lam: float):
     """Eq. 1 on the steered layers: output + lam * sign * d at every position, prompt and generated."""
     layers = common.decoder_layers(model)
-    # common.add_to_output drops the cached prompt prefix on entry and exit, so a cache filled with
-    # steering on never serves an unsteered call (TVQ, rewrite) or the other way round
+    # common.add_to_output keeps cached prompt prefixes per steering: a cache filled with steering on
+    # serves the next steered segment, never an unsteered call (TVQ, rewrite) or the other way round
     with contextlib.ExitStack() as stack:
         for k in keys:
             vector = lam * feats["sign"][k] * feats["direction"][k]

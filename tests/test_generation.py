@@ -372,3 +372,32 @@ def test_sample_many_gives_each_prompt_what_it_gets_alone(tiny, share):
         for x, y in zip(t, a):
             assert torch.allclose(x.hidden, y.hidden, atol=1e-5)
     assert len({len(g.token_ids) for g in together[0] + together[1]}) > 1   # rows left the batch
+
+
+def test_prefix_cache_is_kept_per_steering(tiny):
+    model, tok = tiny
+    layer = common.decoder_layers(model)[1]
+    head = "Question: a prompt long enough to be cached\nAnswer:"
+    common.REUSE_PREFIX = False
+    try:
+        plain_ref = common.greedy(model, tok, head + " z", max_new_tokens=6).token_ids
+        with common.add_to_output(layer, torch.ones(32)):
+            steered_ref = common.greedy(model, tok, head + " xy", max_new_tokens=6).token_ids
+    finally:
+        common.REUSE_PREFIX = True
+    assert plain_ref != steered_ref
+    common.forget_prefix()
+    common.greedy(model, tok, head + " x", max_new_tokens=6)                 # a plain cache of the head
+    seen, h = [], model.model.embed_tokens.register_forward_hook(lambda m, i, o: seen.append(i[0].shape[1]))
+    try:
+        with common.add_to_output(layer, torch.ones(32)):                    # the plain cache is not used
+            common.greedy(model, tok, head + " x", max_new_tokens=6)
+        with common.add_to_output(layer, torch.ones(32) * 1.0):              # same values, new tensor:
+            steered = common.greedy(model, tok, head + " xy", max_new_tokens=6).token_ids   # reused
+        plain = common.greedy(model, tok, head + " z", max_new_tokens=6).token_ids
+    finally:
+        h.remove()
+    # the first steered call prefills everything; the second steered call and the plain one find
+    # their own kind of cache and feed one token each
+    assert [n for n in seen if n > 1] == [len(common.encode(tok, head + " x"))]
+    assert steered == steered_ref and plain == plain_ref
