@@ -454,17 +454,21 @@ def _draw(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
           generator: torch.Generator | None) -> torch.Tensor:
     """One token per row from softmax(logits / temperature) cut to the top-k tokens, then to the
     nucleus top-p (a token stays while the mass before it is below top_p; the first always stays),
-    as the HF and vLLM samplers do. With top-k the sort and the draw run over k candidates, not over
-    the whole vocabulary."""
+    as the HF and vLLM samplers do. With top-k the sort and the draw run over the k candidates, not
+    the whole vocabulary; without it the draw runs over the vocabulary in its own order."""
     if top_k and top_k < logits.shape[-1]:
         values, ids = logits.topk(top_k, dim=-1)              # sorted, highest first
-    else:
-        values, ids = logits.sort(dim=-1, descending=True)
-    probs = (values / temperature).softmax(-1)
+        probs = (values / temperature).softmax(-1)
+        if top_p < 1.0:
+            probs = probs.masked_fill(probs.cumsum(-1) - probs >= top_p, 0.0)   # multinomial renormalises
+        choice = torch.multinomial(probs.cpu(), 1, generator=generator).to(ids.device)
+        return ids.gather(-1, choice).squeeze(-1)
+    probs = (logits / temperature).softmax(-1)
     if top_p < 1.0:
-        probs = probs.masked_fill(probs.cumsum(-1) - probs >= top_p, 0.0)   # multinomial renormalises
-    choice = torch.multinomial(probs.cpu(), 1, generator=generator).to(ids.device)
-    return ids.gather(-1, choice).squeeze(-1)
+        ranked, order = probs.sort(dim=-1, descending=True)
+        drop = ranked.cumsum(-1) - ranked >= top_p
+        probs = probs.masked_fill(drop.scatter(-1, order, drop), 0.0)
+    return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(logits.device)
 
 
 @torch.inference_mode()
