@@ -52,6 +52,16 @@ def run_ours(model, tok, prompt, a):
                          max_new_tokens=a.new, seed=0)
 
 
+def peak_rss_gb() -> float:
+    """This process's peak resident memory. Linux's VmHWM starts afresh at exec; ru_maxrss would
+    also count the parent's pages at the fork that started this child."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 2**20
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20   # KB on Linux
+
+
 def peak_memory_child(a) -> float:
     """Peak RSS (GB) of a fresh process that loads the model and runs our sampler once."""
     cmd = [sys.executable, __file__, "--model", a.model, "--tokens", str(a.tokens), "--k", str(a.k),
@@ -73,7 +83,7 @@ def main():
     prompt = long_prompt(tok, a.tokens)
     if a.peak_only:
         run_ours(model, tok, prompt, a)
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)   # KB -> GB (Linux)
+        print(peak_rss_gb())
         return
     ids = torch.tensor([common.encode(tok, prompt)])
     n_prompt = ids.shape[1]
