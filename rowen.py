@@ -214,6 +214,16 @@ def label_checks(answers: list[str], others: list[str], language: str = "English
     return [x is not None and x == y for x, y in zip(a, b)], a, b
 
 
+def yes_no_label(text: str) -> str:
+    """A committed "yes" / "no", or "unknown" (scored wrong), never a guess from a mixed answer."""
+    return {True: "yes", False: "no"}.get(read_yes_no(text), "unknown")
+
+
+def mode_score(trace: dict, mode: str, alpha: float = ALPHA) -> float:
+    """Z of one mode from a trace that holds Z_CL and Z_CM."""
+    return hybrid_score(trace["z_cl"], trace["z_cm"], alpha) if mode == "hybrid" else trace[f"z_{mode}"]
+
+
 def should_retrieve(z: float, threshold: float) -> bool:
     """Paper 3.3: one aggregate comparison, retrieve iff Z < threshold (strictly); Z = threshold keeps r0."""
     return z < threshold
@@ -378,10 +388,7 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
         final = clean_answer(ask(main_lm, [prompt], cap, calls, "main")[0], task)
         trace.update(queries=queries, evidence=evidence)
     trace.update(final_answer=final, calls=calls)
-    if yn:  # a committed yes / no, or "unknown" (scored wrong), never a guess from a mixed answer
-        prediction = {True: "yes", False: "no"}.get(read_yes_no(final), "unknown")
-    else:
-        prediction = final
+    prediction = yes_no_label(final) if yn else final
     return {"prediction": prediction, "retrievals": len(queries), "model_calls": sum(calls.values()), "trace": trace}
 
 
@@ -401,12 +408,10 @@ def modes_from_run(rows: list[dict], alpha: float = ALPHA) -> dict[str, list[dic
             tr = row["trace"]
             if tr.get("z_cl") is None or tr.get("z_cm") is None or not tr.get("retrieved"):
                 raise common.InputError(f"{row['id']}: not from a --mode hybrid --always-retrieve run")
-            z = {"cl": tr["z_cl"], "cm": tr["z_cm"], "never": None,
-                 "hybrid": hybrid_score(tr["z_cl"], tr["z_cm"], alpha)}[mode]
-            retrieve = mode != "never" and should_retrieve(z, default_threshold(mode, alpha))
+            retrieve = mode != "never" and should_retrieve(mode_score(tr, mode, alpha), default_threshold(mode, alpha))
             final = tr["final_answer"] if retrieve else tr["initial_answer"]
             if tr["task"] == "strategyqa":
-                final = {True: "yes", False: "no"}.get(read_yes_no(final), "unknown")
+                final = yes_no_label(final)
             rows_m.append({**row, "prediction": final, "retrievals": len(tr["queries"]) if retrieve else 0})
         out[mode] = rows_m
     return out
@@ -418,7 +423,7 @@ def initial_is_right(row: dict) -> bool:
     import eval as metrics
     r0 = row["trace"]["initial_answer"]
     if row["trace"]["task"] == "strategyqa":
-        r0 = {True: "yes", False: "no"}.get(read_yes_no(r0), "unknown")
+        r0 = yes_no_label(r0)
     scores = metrics.score_record({**row, "prediction": r0})
     return bool(scores.get("acc", scores.get("closer_to_correct")))
 
@@ -433,8 +438,7 @@ def detection_quality(rows: list[dict], alpha: float = ALPHA) -> dict:
     right = [initial_is_right(r) for r in rows]
     out = {"n": len(rows), "wrong": right.count(False)}
     for name in ("cl", "cm", "hybrid"):
-        z = [{"cl": r["trace"]["z_cl"], "cm": r["trace"]["z_cm"]}.get(name) if name != "hybrid"
-             else hybrid_score(r["trace"]["z_cl"], r["trace"]["z_cm"], alpha) for r in rows]
+        z = [mode_score(r["trace"], name, alpha) for r in rows]
         good = [v for v, ok in zip(z, right) if ok]
         bad = [v for v, ok in zip(z, right) if not ok]
         pairs = [(g > b) + 0.5 * (g == b) for g in good for b in bad]
