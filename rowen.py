@@ -299,14 +299,16 @@ def ask(lm, users: list[str], cap: int, calls: dict, role: str, histories=None) 
     return [g.text.strip() for g in common.greedy(model, tok, prompts, max_new_tokens=cap, stop=stop)]
 
 
-def answer(lm, questions: list[str], cot: str, final: str, s: Settings, calls: dict, role: str, task: str):
+def answer(lm, questions: list[str], prompts: list[tuple[str, str]], s: Settings, calls: dict, role: str, task: str):
     """Stage 1 and Eq. 1-3: the chain of thought, then in the same conversation the short answer
-    [official chain_of_thought_reasoning], for a batch of questions. Returns (long, short) lists."""
-    firsts = [cot.format(question=q) for q in questions]
+    [official chain_of_thought_reasoning], for a batch of questions; prompts[i] = (CoT template, short
+    answer template) of question i, so one batch can mix languages. Returns (long, short) lists."""
+    firsts = [cot.format(question=q) for q, (cot, _) in zip(questions, prompts)]
     longs = ask(lm, firsts, s.max_tokens["cot"], calls, role)
     histories = [[{"role": "user", "content": f}, {"role": "assistant", "content": t}]
                  for f, t in zip(firsts, longs)]
-    shorts = ask(lm, [final.format(question=q) for q in questions], s.max_tokens["short"], calls, role, histories)
+    shorts = ask(lm, [final.format(question=q) for q, (_, final) in zip(questions, prompts)],
+                 s.max_tokens["short"], calls, role, histories)
     return longs, [clean_answer(r, task) for r in shorts]
 
 
@@ -333,42 +335,49 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
     yn = task == "strategyqa"
     calls = {"main": 0, "verifier": 0}
     trace = {"task": task, "mode": s.mode, "threshold": s.z_threshold, "alpha": s.alpha}
+    cl, cm = s.mode in ("cl", "hybrid"), s.mode in ("cm", "hybrid")
 
-    # Stage 1: t0 and r0
-    (t0,), (r0,) = answer(main_lm, [x0], COT[task], FINAL[task], s, calls, "main", task)
-    trace.update(initial_long_answer=t0, initial_answer=r0)
-
-    # Stage 2: perturbations, then the main model's answer to each (Eq. 1)
+    # Stage 2 first: the perturbed questions (the one sampled call) and, for Rowen-CL, their translations.
+    # They do not depend on Stage 1, so M then answers x0, the x^j and the translated x^j in ONE batch.
     raw = perturb(main_lm, x0, s, calls, common.question_seed(s.seed, record["id"]))
     xs = parse_perturbations(raw, s.k) or [x0]
-    _, rs = answer(main_lm, xs, COT[task], FINAL[task], s, calls, "main", task)
-    trace.update(perturbation_output=raw, perturbed_questions=xs, answers=rs)
-    z_cl = z_cm = None
-
-    if s.mode in ("cl", "hybrid"):  # cross-language (Eq. 2 and 4)
+    xts = []
+    if cl:
         xts = ask(main_lm, [TRANSLATE.format(language=lang, text=x) for x in xs], s.max_tokens["translate"], calls, "main")
         xts = [clean_answer(t, "qa") or x for t, x in zip(xts, xs)]  # the first line: notes after it are not the question
-        p = TARGET[lang]
-        _, rts = answer(main_lm, xts, p["cot_yn" if yn else "cot"], p["final_yn" if yn else "final"], s, calls, "main", task)
-        if yn:
-            verdicts, a, b = label_checks(rs, rts, lang)
-            trace.update(labels=a, target_labels=b)
-        else:  # the judge sees the English question only [official]
-            verdicts, trace["cl_verdict_texts"] = judge(
-                main_lm, [CHECK_CL.format(language=lang, q=x, a1=r, a2=rt) for x, r, rt in zip(xs, rs, rts)], s, calls)
-        z_cl = consistency_score(verdicts)
-        trace.update(translations=xts, target_answers=rts, cl_verdicts=verdicts)
+    english = (COT[task], FINAL[task])
+    target = (TARGET[lang]["cot_yn" if yn else "cot"], TARGET[lang]["final_yn" if yn else "final"])
+    longs, shorts = answer(main_lm, [x0] + xs + xts, [english] * (1 + len(xs)) + [target] * len(xts),
+                           s, calls, "main", task)
+    t0, r0, rs, rts = longs[0], shorts[0], shorts[1:1 + len(xs)], shorts[1 + len(xs):]   # Stage 1, Eq. 1, Eq. 2
+    trace.update(initial_long_answer=t0, initial_answer=r0, perturbation_output=raw, perturbed_questions=xs, answers=rs)
+    rvs = answer(verifier_lm, xs, [english] * len(xs), s, calls, "verifier", task)[1] if cm else []   # Eq. 3
 
-    if s.mode in ("cm", "hybrid"):  # cross-model (Eq. 3 and 5): M_V answers, M judges [official]
-        _, rvs = answer(verifier_lm, xs, COT[task], FINAL[task], s, calls, "verifier", task)
-        if yn:
-            verdicts, a, b = label_checks(rs, rvs)
-            trace.update(labels=a, verifier_labels=b)
-        else:
-            verdicts, trace["cm_verdict_texts"] = judge(
-                main_lm, [CHECK_CM.format(q=x, a1=r, a2=rv) for x, r, rv in zip(xs, rs, rvs)], s, calls)
-        z_cm = consistency_score(verdicts)
-        trace.update(verifier_answers=rvs, cm_verdicts=verdicts)
+    # The checking operator C: StrategyQA compares labels [official]; otherwise M judges every pair, the
+    # cross-language and cross-model pairs in one batch (the CL judge sees the English question only [official]).
+    z_cl = z_cm = None
+    cl_v = cm_v = []
+    if yn:
+        trace["labels"] = [read_yes_no(r) for r in rs]
+        if cl:
+            cl_v, _, trace["target_labels"] = label_checks(rs, rts, lang)
+        if cm:
+            cm_v, _, trace["verifier_labels"] = label_checks(rs, rvs)
+    else:
+        cl_p = [CHECK_CL.format(language=lang, q=x, a1=r, a2=rt) for x, r, rt in zip(xs, rs, rts)]
+        cm_p = [CHECK_CM.format(q=x, a1=r, a2=rv) for x, r, rv in zip(xs, rs, rvs)]
+        verdicts, texts = judge(main_lm, cl_p + cm_p, s, calls)
+        cl_v, cm_v = verdicts[:len(cl_p)], verdicts[len(cl_p):]
+        if cl:
+            trace["cl_verdict_texts"] = texts[:len(cl_p)]
+        if cm:
+            trace["cm_verdict_texts"] = texts[len(cl_p):]
+    if cl:   # Eq. 4
+        z_cl = consistency_score(cl_v)
+        trace.update(translations=xts, target_answers=rts, cl_verdicts=cl_v)
+    if cm:   # Eq. 5
+        z_cm = consistency_score(cm_v)
+        trace.update(verifier_answers=rvs, cm_verdicts=cm_v)
 
     z = hybrid_score(z_cl, z_cm, s.alpha) if s.mode == "hybrid" else {"cl": z_cl, "cm": z_cm}[s.mode]
     decision = should_retrieve(z, s.z_threshold)
