@@ -511,6 +511,7 @@ class Settings:
     monitor: tuple = tuple(layer_keys(MONITOR_LAYERS))
     query: str = "tvq"              # tvq | caq
     retrieve: bool = True           # False: never retrieve (ablation)
+    always: bool = False            # True: retrieve for every segment (baseline)
     honesty_prompt: bool = False    # Table 5's HonP: an instruction instead of steering
     answer_tokens: int | None = None  # answer budget (default: per dataset)
     task: str | None = None         # prompt family (default: from the record's dataset)
@@ -658,7 +659,8 @@ def solve(run: Run, rec: dict) -> dict:
             m = monitor(run, text, len(text) - len(seg), question, gen)
             step.update(tokens=m["tokens"], scores=m["scores"],
                         unconfident_words=[seg[a:b] for a, b in m["flagged"]])
-            step["trigger"] = "confidence" if m["flagged"] else "refusal" if is_refusal(seg) else None
+            step["trigger"] = ("always" if s.always else "confidence" if m["flagged"]
+                               else "refusal" if is_refusal(seg) else None)
             if step["trigger"]:
                 seg, done, docs, n = retrieve_and_regenerate(run, task, question, gen, seg, m["flagged"],
                                                              step)
@@ -741,6 +743,17 @@ def check_features(run: Run, limit: int | None = None) -> dict:
 # ----------------------------------------------------------------------------------------------
 # Command line
 
+def run_name(args, s: Settings) -> str:
+    """The output file's method part, so that runs with other settings never resume each other."""
+    parts = ["ctrla", "honp" if s.honesty_prompt else f"lam{s.lam:g}" if s.lam != LAMBDA else ""]
+    if not s.retrieve:
+        parts.append("noret")
+    else:
+        parts += ["always" if args.always_retrieve else f"tau{args.tau:g}" if args.tau is not None else "",
+                  "caq" if s.query == "caq" else ""]
+    return "-".join(p for p in parts if p)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="CtrlA: honesty steering + confidence monitoring adaptive RAG")
     common.add_common_args(p, dataset="popqa")
@@ -749,7 +762,10 @@ def main(argv=None):
     p.add_argument("--lam", type=float, default=LAMBDA, help="steering strength lambda (0 = no steering)")
     p.add_argument("--honesty-prompt", action="store_true",
                    help="an honesty instruction instead of steering (paper Table 5; implies --lam 0)")
-    p.add_argument("--never-retrieve", action="store_true", help="steered generation only, no monitoring")
+    baseline = p.add_mutually_exclusive_group()
+    baseline.add_argument("--never-retrieve", action="store_true", help="steered generation only, no monitoring")
+    baseline.add_argument("--always-retrieve", action="store_true",
+                          help="baseline: retrieve for every segment (still monitored, for the trace)")
     p.add_argument("--query", choices=["tvq", "caq"], default="tvq",
                    help="tvq: [question, a query the model writes] (official runs); caq: question + "
                    "the segment without its unconfident words")
@@ -774,7 +790,7 @@ def main(argv=None):
         raise InputError(f"{args.directions}: no tau calibration in this feature file; pass --tau")
     s = Settings(tau=tau, lam=0.0 if args.honesty_prompt else args.lam, steer=tuple(steer),
                  monitor=tuple(monitor), query=args.query, retrieve=not args.never_retrieve,
-                 honesty_prompt=args.honesty_prompt, answer_tokens=args.max_new_tokens, task=args.task)
+                 always=args.always_retrieve, honesty_prompt=args.honesty_prompt, answer_tokens=args.max_new_tokens, task=args.task)
     if tau is None:
         print(f"tau = {threshold(s, feats, monitor):.3f} (calibrated for {args.model}; --tau overrides)",
               file=sys.stderr)
@@ -783,9 +799,7 @@ def main(argv=None):
         return
     bm25 = common.load_retriever(args, common.load_questions(args)) if s.retrieve else None
     run = Run(model, tok, feats, bm25, s)
-    name = "ctrla" + ("-honp" if s.honesty_prompt else f"-lam{s.lam:g}" if s.lam != LAMBDA else "") + \
-        ("-noret" if not s.retrieve else "-caq" if s.query == "caq" else "")
-    common.run(args, name, lambda rec: solve(run, rec))
+    common.run(args, run_name(args, s), lambda rec: solve(run, rec))
 
 
 if __name__ == "__main__":

@@ -404,25 +404,30 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
 # ----------------------------------------------------------------------------------------------
 # Command line
 
+def at_threshold(rows: list[dict], mode: str, threshold: float, alpha: float = ALPHA) -> list[dict]:
+    """The rows a run of `mode` with this threshold would give, re-read from one `--mode hybrid
+    --always-retrieve` run. Every mode draws the same perturbations (same seed) and gets the same greedy
+    answers and verdicts, and retrieval repairs with the same greedy call, so the prediction is the
+    run's repaired answer iff Z_mode < threshold, else r0 (exactly what a run of that mode returns).
+    Model calls and seconds stay those of the hybrid run (a CL-only run makes fewer)."""
+    out = []
+    for row in rows:
+        tr = row["trace"]
+        if tr.get("z_cl") is None or tr.get("z_cm") is None or not tr.get("retrieved"):
+            raise common.InputError(f"{row['id']}: not from a --mode hybrid --always-retrieve run")
+        retrieve = should_retrieve(mode_score(tr, mode, alpha), threshold)
+        final = tr["final_answer"] if retrieve else tr["initial_answer"]
+        if tr["task"] == "strategyqa":
+            final = yes_no_label(final)
+        out.append({**row, "prediction": final, "retrievals": len(tr["queries"]) if retrieve else 0})
+    return out
+
+
 def modes_from_run(rows: list[dict], alpha: float = ALPHA) -> dict[str, list[dict]]:
-    """Rowen-CL, -CM, -Hybrid (default thresholds) and the never-retrieve baseline, re-read from one
-    `--mode hybrid --always-retrieve` run. Every mode draws the same perturbations (same seed) and gets
-    the same greedy answers and verdicts, and retrieval repairs with the same greedy call, so mode m's
-    prediction is the run's repaired answer iff Z_m < threshold_m, else r0 (exactly what a run of that
-    mode returns). Model calls and seconds are those of the hybrid run (a CL-only run makes fewer)."""
-    out = {}
-    for mode in ("cl", "cm", "hybrid", "never"):
-        rows_m = []
-        for row in rows:
-            tr = row["trace"]
-            if tr.get("z_cl") is None or tr.get("z_cm") is None or not tr.get("retrieved"):
-                raise common.InputError(f"{row['id']}: not from a --mode hybrid --always-retrieve run")
-            retrieve = mode != "never" and should_retrieve(mode_score(tr, mode, alpha), default_threshold(mode, alpha))
-            final = tr["final_answer"] if retrieve else tr["initial_answer"]
-            if tr["task"] == "strategyqa":
-                final = yes_no_label(final)
-            rows_m.append({**row, "prediction": final, "retrievals": len(tr["queries"]) if retrieve else 0})
-        out[mode] = rows_m
+    """Rowen-CL, -CM, -Hybrid at their default thresholds and the never-retrieve baseline (threshold
+    0: Z < 0 never holds), re-read from one `--mode hybrid --always-retrieve` run (at_threshold)."""
+    out = {m: at_threshold(rows, m, default_threshold(m, alpha), alpha) for m in ("cl", "cm", "hybrid")}
+    out["never"] = at_threshold(rows, "hybrid", 0.0, alpha)
     return out
 
 

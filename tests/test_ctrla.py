@@ -1,4 +1,5 @@
 """CtrlA: the math on hand-made tensors; hooks, monitoring and the loop on tiny random models."""
+import argparse
 import random
 from dataclasses import replace
 
@@ -254,6 +255,22 @@ def test_loop_end_to_end(tiny_run, query):
     assert hooks(model) == before
     calm = ctrla.solve(ctrla.Run(model, tok, feats, common.BM25(PASSAGES), replace(s, tau=-1e9)), rec)
     assert calm["retrievals"] == 0 and calm["trace"]["segments"][0]["trigger"] is None
+    # the always-retrieve baseline: every segment retrieves, however confident, and keeps its scores
+    always = ctrla.solve(ctrla.Run(model, tok, feats, common.BM25(PASSAGES), replace(s, tau=-1e9, always=True)), rec)
+    segs = always["trace"]["segments"]
+    assert [g["trigger"] for g in segs] == ["always"] * len(segs) and always["retrievals"] >= len(segs)
+    assert not segs[0]["unconfident_words"] and len(segs[0]["scores"]) == len(segs[0]["tokens"])
+
+
+def test_run_name_keeps_settings_apart():
+    p = argparse.ArgumentParser()
+    p.add_argument("--always-retrieve", action="store_true")
+    p.add_argument("--tau", type=float)
+    name = lambda argv, **kw: ctrla.run_name(p.parse_args(argv), ctrla.Settings(**kw))
+    assert name([]) == "ctrla" and name(["--tau", "-6.8"]) == "ctrla-tau-6.8"
+    assert name(["--always-retrieve"]) == "ctrla-always" and name([], lam=0.0) == "ctrla-lam0"
+    assert name([], retrieve=False) == "ctrla-noret" and name([], query="caq") == "ctrla-caq"
+    assert name([], honesty_prompt=True, lam=0.0, retrieve=False) == "ctrla-honp-noret"
 
 
 def test_never_retrieve_and_multihop_prompt(tiny_run):

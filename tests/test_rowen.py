@@ -387,6 +387,10 @@ def test_modes_re_read_from_one_hybrid_always_run():
     assert [r["prediction"] for r in modes["hybrid"]] == ["r0", "repaired"]
     assert [r["prediction"] for r in modes["never"]] == ["r0", "r0"]
     assert [r["retrievals"] for r in modes["cm"]] == [0, 2]
+    # any threshold: hybrid Z = 1.5 and 0.0
+    sweep = {t: [r["prediction"] for r in rowen.at_threshold([row("a", 0.5, 1.0), row("b", 0.0, 0.0)], "hybrid", t)]
+             for t in (0.0, 1.0, 1.5, 1.6)}
+    assert sweep == {0.0: ["r0", "r0"], 1.0: ["r0", "repaired"], 1.5: ["r0", "repaired"], 1.6: ["repaired"] * 2}
     # Z exactly at the threshold keeps r0; StrategyQA answers are read as yes / no
     sq = row("c", 0.6, 0.8, task="strategyqa")
     sq["trace"].update(initial_answer="No.", final_answer="Yes, it can.")
