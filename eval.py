@@ -273,8 +273,9 @@ def read_rows(path):
     return rows
 
 
-def format_table(named_summaries, markdown=False):
-    """One row per summary, metrics as percentages with 1 decimal, per-question costs with 2."""
+def format_table(named_summaries, markdown=False, first="file"):
+    """One row per summary, metrics as percentages with 1 decimal, per-question costs with 2;
+    `first` heads the column of names."""
     keys = set().union(*(s.keys() for _, s in named_summaries)) if named_summaries else set()
     columns = [c for c in COLUMNS if c in keys] + sorted(keys - set(COLUMNS))
 
@@ -286,7 +287,7 @@ def format_table(named_summaries, markdown=False):
             return str(value)
         return f"{100 * value:.1f}" if key in PERCENT else f"{value:.2f}"
 
-    header = ["file"] + columns
+    header = [first] + columns
     body = [[name] + [cell(s, c) for c in columns] for name, s in named_summaries]
     if markdown:
         lines = ["| " + " | ".join(header) + " |",

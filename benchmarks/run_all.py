@@ -1,0 +1,178 @@
+"""Every method and its baselines on the same questions, model and corpus: one table and one plot.
+
+    python benchmarks/run_all.py --data FILE --limit 50 --out results/hotpotqa50 [--jobs 2]
+    python benchmarks/run_all.py --out results/hotpotqa50 --table-only      # table + plot from the files
+
+Runs (each a plain command line of seakr.py / ctrla.py / rowen.py, written to OUT/NAME.jsonl; a run
+already complete is skipped, a partial one resumes):
+- SeaKR at its default delta, at two more thresholds, never and always retrieving;
+- CtrlA at its default (calibrated) tau, at two more, never and always retrieving;
+- Rowen once with --mode hybrid --always-retrieve: it computes Z_CL and Z_CM and repairs every answer,
+  so Rowen-CL, -CM, -Hybrid at any threshold and never-retrieve are re-read from that one run
+  (rowen.at_threshold: the same predictions a run of that mode and threshold gives; its calls and
+  seconds are the hybrid run's).
+Writes OUT/table.md (EM, F1, acc, retrieval rate, retrievals, model calls and seconds per question),
+OUT/figures.json and, if matplotlib is installed (an optional dependency of this command only),
+OUT/f1_vs_retrieval.png: F1 against retrieval rate, one line per method through its thresholds.
+
+Thresholds of the sweeps (beside the defaults): SeaKR delta 0.8 and 2.5 are the 25th and 50th
+percentiles of the step scores of our first 30 HotpotQA questions at the default 3.01 (SmolLM2-135M);
+CtrlA tau -9.8 and -6.8 are the calibrated -7.82 moved by -2 and +1, which moved the first segment's
+trigger rate on those questions from 67% to about 30% and 93%; Rowen's hybrid Z is swept over 0.5,
+1.0 and the default 1.4. They spread the retrieval rate of the 135M model; another model needs its own.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import eval as metrics  # noqa: E402  (the project's metrics; no model is loaded here)
+
+# name -> (script, extra arguments, method, label in the table)
+RUNS = {
+    "seakr": ("seakr.py", [], "SeaKR", "SeaKR (default delta)"),
+    "seakr-delta2.5": ("seakr.py", ["--threshold", "2.5"], "SeaKR", "SeaKR, delta 2.5"),
+    "seakr-delta0.8": ("seakr.py", ["--threshold", "0.8"], "SeaKR", "SeaKR, delta 0.8"),
+    "seakr-never": ("seakr.py", ["--retrieve", "never"], "SeaKR", "SeaKR, never retrieve (CoT)"),
+    "seakr-always": ("seakr.py", ["--retrieve", "always"], "SeaKR", "SeaKR, always retrieve (IRCoT-like)"),
+    "ctrla": ("ctrla.py", [], "CtrlA", "CtrlA (calibrated tau)"),
+    "ctrla-tau-9.8": ("ctrla.py", ["--tau", "-9.8"], "CtrlA", "CtrlA, tau -9.8"),
+    "ctrla-tau-6.8": ("ctrla.py", ["--tau", "-6.8"], "CtrlA", "CtrlA, tau -6.8"),
+    "ctrla-never": ("ctrla.py", ["--never-retrieve"], "CtrlA", "CtrlA, never retrieve"),
+    "ctrla-always": ("ctrla.py", ["--always-retrieve"], "CtrlA", "CtrlA, always retrieve"),
+    "rowen-hybrid-always": ("rowen.py", ["--mode", "hybrid", "--always-retrieve"], "Rowen",
+                            "Rowen, always retrieve"),
+}
+ROWEN_SWEEP = [0.5, 1.0]          # hybrid thresholds beside the default, re-read from the hybrid run
+
+
+def command(name: str, a) -> list[str]:
+    script, extra, _, _ = RUNS[name]
+    return ([sys.executable, str(ROOT / script), "--data", str(a.data), "--corpus", a.corpus,
+             "--output", str(a.out / f"{name}.jsonl")] + (["--limit", str(a.limit)] if a.limit else [])
+            + (["--model", a.model] if a.model else []) + extra)
+
+
+def done(name: str, a) -> bool:
+    path = a.out / f"{name}.jsonl"
+    return a.limit is not None and path.exists() and len(metrics.read_rows(path)) >= a.limit
+
+
+def run_all(names: list[str], a) -> None:
+    """The runs not yet complete, `a.jobs` at a time (each a fresh process, its log in OUT/NAME.log)."""
+    todo = [n for n in names if not done(n, a)]
+    running: list[tuple[str, subprocess.Popen, float]] = []
+    while todo or running:
+        while todo and len(running) < a.jobs:
+            name = todo.pop(0)
+            cmd = command(name, a)
+            print("running:", " ".join(cmd[1:]), flush=True)
+            log = open(a.out / f"{name}.log", "a")
+            running.append((name, subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=log), time.time()))
+        time.sleep(2)
+        for item in list(running):
+            name, proc, start = item
+            if proc.poll() is not None:
+                running.remove(item)
+                status = "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode}, see {name}.log)"
+                print(f"{name}: {status} in {time.time() - start:.0f} s", flush=True)
+
+
+def table_rows(a) -> list[tuple[str, str, str, dict]]:
+    """(name, method, label, summary) for every run file present, the Rowen rows re-read."""
+    import rowen  # here, not at the top: it imports torch through common
+    out = []
+    for name, (_, _, method, label) in RUNS.items():
+        path = a.out / f"{name}.jsonl"
+        if not path.exists():
+            continue
+        rows = metrics.read_rows(path)
+        if name != "rowen-hybrid-always":
+            out.append((name, method, label, metrics.summarize(rows)))
+            continue
+        modes = rowen.modes_from_run(rows)
+        out += [("rowen-hybrid", method, "Rowen-Hybrid (threshold 1.4)", metrics.summarize(modes["hybrid"])),
+                ("rowen-cl", method, "Rowen-CL (threshold 0.6)", metrics.summarize(modes["cl"])),
+                ("rowen-cm", method, "Rowen-CM (threshold 0.8)", metrics.summarize(modes["cm"]))]
+        out += [(f"rowen-hybrid-t{t:g}", method, f"Rowen-Hybrid, threshold {t:g}",
+                 metrics.summarize(rowen.at_threshold(rows, "hybrid", t))) for t in ROWEN_SWEEP]
+        out += [("rowen-never", method, "Rowen, never retrieve", metrics.summarize(modes["never"])),
+                (name, method, label, metrics.summarize(rows))]
+    return out
+
+
+def plot(rows, path: Path, title: str) -> bool:
+    """F1 against retrieval rate: per method, a line through its runs in order of retrieval rate."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for method, color in (("SeaKR", "tab:blue"), ("CtrlA", "tab:orange"), ("Rowen", "tab:green")):
+        pts = sorted((100 * s["retrieval_rate"], 100 * s.get("f1", 0), name)
+                     for name, m, _, s in rows if m == method and name not in ("rowen-cl", "rowen-cm"))
+        if not pts:
+            continue
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "-o", color=color, label=method, alpha=0.8)
+        for x, y, name in pts:
+            if name.endswith(("never", "always")):
+                ax.annotate(name.rsplit("-", 1)[1], (x, y), textcoords="offset points", xytext=(4, 4),
+                            fontsize=7, color=color)
+        for x, y, name in pts:
+            if name in ("seakr", "ctrla", "rowen-hybrid"):   # the defaults
+                ax.plot([x], [y], "*", color=color, markersize=14)
+    ax.set_xlabel("retrieval rate (% of questions)")
+    ax.set_ylabel("F1 (%)")
+    ax.set_title(title + "  (star: default threshold)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", type=Path, help="question file (e.g. HotpotQA dev distractor JSON)")
+    p.add_argument("--corpus", default="contexts", help="passed to each method (default: contexts)")
+    p.add_argument("--limit", type=int, help="first N questions")
+    p.add_argument("--model", help="main model of every run (default: each method's default)")
+    p.add_argument("--out", type=Path, required=True, help="directory of the run files, table and plot")
+    p.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS), help="a subset of the runs")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time (2 cores: 2, with OMP_NUM_THREADS=1)")
+    p.add_argument("--table-only", action="store_true", help="no runs: the table and plot from OUT")
+    a = p.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    if not a.table_only:
+        if a.data is None or not a.data.exists():
+            raise SystemExit(f"error: --data {a.data}: no such question file")
+        start = time.time()
+        run_all(a.runs, a)
+        print(f"all runs: {time.time() - start:.0f} s wall clock")
+    try:
+        rows = table_rows(a)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}")
+    if not rows:
+        raise SystemExit(f"error: no run files in {a.out}")
+    table = metrics.format_table([(label, s) for _, _, label, s in rows], markdown=True, first="run")
+    total = sum(s["sec_per_q"] * s["n"] for name, _, _, s in rows if name in RUNS)
+    (a.out / "table.md").write_text(table + "\n")
+    (a.out / "figures.json").write_text(json.dumps({name: s for name, _, _, s in rows}, indent=1) + "\n")
+    print(table)
+    print(f"model time of the runs: {total / 3600:.2f} h (sum of per-question seconds)")
+    if plot(rows, a.out / "f1_vs_retrieval.png", f"{a.out.name}, {rows[0][3]['n']} questions"):
+        print(f"plot: {a.out / 'f1_vs_retrieval.png'}")
+
+
+if __name__ == "__main__":
+    main()

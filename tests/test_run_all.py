@@ -1,0 +1,66 @@
+"""benchmarks/run_all.py: the commands it runs, and the table it builds from run files (no model)."""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import run_all  # noqa: E402
+
+
+def write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def qa(qid, prediction, retrievals, calls=4, seconds=2.0):
+    return {"id": qid, "answers": ["Paris"], "prediction": prediction, "retrievals": retrievals,
+            "model_calls": calls, "seconds": seconds}
+
+
+def rowen_row(qid, z_cl, z_cm, initial, final):
+    return {**qa(qid, final, 2, calls=40, seconds=100.0),
+            "trace": {"task": "qa", "z_cl": z_cl, "z_cm": z_cm, "retrieved": True, "queries": ["a", "b"],
+                      "initial_answer": initial, "final_answer": final}}
+
+
+def test_commands_and_resume(tmp_path):
+    a = argparse.Namespace(data=Path("q.json"), corpus="contexts", limit=2, model=None, out=tmp_path, jobs=1)
+    cmd = run_all.command("ctrla-tau-9.8", a)
+    assert cmd[1].endswith("ctrla.py") and cmd[2:] == ["--data", "q.json", "--corpus", "contexts", "--output",
+                                                       str(tmp_path / "ctrla-tau-9.8.jsonl"), "--limit", "2",
+                                                       "--tau", "-9.8"]
+    assert run_all.command("rowen-hybrid-always", a)[-3:] == ["--mode", "hybrid", "--always-retrieve"]
+    write(tmp_path / "seakr.jsonl", [qa("1", "Paris", 1)])
+    assert not run_all.done("seakr", a)          # 1 of 2 questions: resumes
+    write(tmp_path / "seakr.jsonl", [qa("1", "Paris", 1), qa("2", "Rome", 0)])
+    assert run_all.done("seakr", a) and not run_all.done("ctrla", a)
+
+
+def test_table_from_run_files(tmp_path, capsys):
+    write(tmp_path / "seakr.jsonl", [qa("1", "Paris", 1), qa("2", "Rome", 0)])
+    write(tmp_path / "ctrla-never.jsonl", [qa("1", "in Paris France", 0), qa("2", "Rome", 0)])
+    # hybrid Z: 1.5 (keeps r0 at 1.4) and 0.0; r0 wrong on q1, right on q2; the repair the reverse
+    write(tmp_path / "rowen-hybrid-always.jsonl", [rowen_row("1", 0.5, 1.0, "Rome", "Paris"),
+                                                   rowen_row("2", 0.0, 0.0, "Paris", "Rome")])
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert figures["seakr"]["em"] == 0.5 and figures["seakr"]["retrieval_rate"] == 0.5
+    assert figures["ctrla-never"]["f1"] == pytest.approx((0.5 + 0) / 2)  # "in paris france": P 1/3, R 1
+    assert figures["rowen-hybrid-always"]["em"] == 0.5 and figures["rowen-hybrid-always"]["retrieval_rate"] == 1.0
+    assert figures["rowen-hybrid"]["em"] == 0.0 and figures["rowen-hybrid"]["retrieval_rate"] == 0.5  # r0 on q1, repair on q2
+    assert figures["rowen-cl"]["retrieval_rate"] == 1.0        # Z_CL 0.5 and 0.0 < 0.6
+    assert figures["rowen-cm"]["em"] == 0.0                    # Z_CM 1.0 keeps Rome, 0.0 repairs to Rome
+    assert figures["rowen-never"]["em"] == 0.5 and figures["rowen-never"]["retrieval_rate"] == 0.0
+    assert figures["rowen-hybrid-t0.5"] == figures["rowen-hybrid"]
+    table = (tmp_path / "table.md").read_text()
+    assert table.startswith("| run | n | em | f1 | acc |") and "| SeaKR (default delta) | 2 | 50.0 |" in table
+    assert "model time of the runs: 0.06 h" in capsys.readouterr().out   # (2 + 2) s x 2 + 100 s x 2
+
+
+def test_no_run_files_is_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match="no run files"):
+        run_all.main(["--out", str(tmp_path), "--table-only"])
+    with pytest.raises(SystemExit, match="no such question file"):
+        run_all.main(["--out", str(tmp_path), "--data", str(tmp_path / "missing.json")])
