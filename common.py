@@ -246,6 +246,8 @@ SHARE_PROMPT = True      # k samples read one shared copy of their prompt's KV c
 MIN_SHARED = 16          # shorter shared prefixes are not worth a cache fork
 PREFIX_SLOTS = 4         # prompts kept per model, most recent first (about 46 KB a token for SmolLM2-135M)
 _LAST = {}               # (model id, active steering) -> [(token ids, KV cache)] of recent prefills
+ROW_CACHE_BYTES = 2 ** 30  # the rows of the last greedy call kept, up to this size (a conversation's next turn)
+_ROWS = {}               # (model id, active steering) -> [(token ids, one-row KV cache)] of the last greedy call
 _STEERING = []           # (module id, digest of the vector) of each add_to_output in force
 
 
@@ -400,46 +402,114 @@ def _shared_prefix(a: list[int], b: list[int]) -> int:
 
 
 @torch.no_grad()  # subtle: without it the prefill's activation graph lives as long as its cache
-def _prefill(model, tok, prompts: list[str]):
-    """Forward pass over prompts: (last logits, KV cache, attention mask, next positions).
+def _prefill(model, tok, rows: list[list[int]]):
+    """Forward pass over prompts given as token ids: (last logits, KV cache, attention mask, next positions).
 
-    One prompt starts from the cached prompt (of the last PREFIX_SLOTS) it shares the most leading
-    tokens with, if at least MIN_SHARED. Several prompts are decoded as a batch: the head they all
-    share (a chat template's system turn, few-shot examples, a question) is prefilled once, through
-    the one-prompt path and its cache, and each row continues with its own tail, left-padded after
-    the shared head. Sliding-window caches (Gemma 3) are never cropped, so they always start afresh.
+    One prompt starts from the cached prompt (of the last PREFIX_SLOTS) or the kept row of the last
+    greedy call (_ROWS) it shares the most leading tokens with, if at least MIN_SHARED. Several prompts
+    are decoded as a batch, left-padded, and start from whichever saves more: each row from the kept
+    row it continues (a conversation's next turn: _stitched_rows), or the head they all share (a chat
+    template's system turn, few-shot examples, a question), prefilled once through the one-prompt path
+    and its cache. Sliding-window caches (Gemma 3) are never cropped, so they always start afresh.
     """
-    rows = [encode(tok, p) for p in prompts]
     if len(rows) == 1:
         return _prefill_one(model, rows[0])
     dev = model.device
     head = min(min(_shared_prefix(rows[0], r) for r in rows[1:]), min(len(r) for r in rows) - 1)
-    keep, past = 0, None
-    if REUSE_PREFIX and head >= MIN_SHARED:
-        _, past, _, _ = _prefill_one(model, rows[0][:head])
-        if any(past.is_sliding):
-            past = None
-        else:
-            keep = head
-            past.batch_repeat_interleave(len(rows))
-    tails = [r[keep:] for r in rows]
+    stitched = _stitched_rows(model, rows) if REUSE_PREFIX else None
+    if stitched is not None and stitched[0] > (head if head >= MIN_SHARED else 0) * len(rows):
+        cached, past = stitched[1:]
+    else:
+        cached, past = [0] * len(rows), None
+        if REUSE_PREFIX and head >= MIN_SHARED:
+            _, past, _, _ = _prefill_one(model, rows[0][:head])
+            if any(past.is_sliding):
+                past = None
+            else:
+                cached = [head] * len(rows)
+                past.batch_repeat_interleave(len(rows))
+    width_cached = max(cached)
+    tails = [r[c:] for r, c in zip(rows, cached)]
     width = max(len(t) for t in tails)
     ids = torch.tensor([[tok.pad_token_id] * (width - len(t)) + t for t in tails], device=dev)
     tail_mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for t in tails], device=dev)
-    mask = torch.cat([tail_mask.new_ones(len(rows), keep), tail_mask], dim=-1)
-    positions = keep + (tail_mask.cumsum(-1) - 1).clamp(min=0)
+    head_mask = torch.tensor([[0] * (width_cached - c) + [1] * c for c in cached], device=dev, dtype=torch.long)
+    mask = torch.cat([head_mask, tail_mask], dim=-1)
+    positions = torch.tensor(cached, device=dev)[:, None] + (tail_mask.cumsum(-1) - 1).clamp(min=0)
     logits, past = _forward(model, ids, mask, positions, past)
     return logits, past, mask, positions[:, -1] + 1
 
 
+def _stitched_rows(model, rows: list[list[int]]):
+    """Each prompt's KV cache taken from the kept row (of the last greedy call) it continues, for a
+    batch whose rows then feed the same number of new tokens T: row i keeps its first len_i - T
+    tokens (at most what it shares with its kept row), left-padded. Returns (tokens saved, cached
+    tokens per row, cache), or None when no kept row serves."""
+    kept = _ROWS.get((id(model), tuple(sorted(_STEERING))), [])
+    if not kept:
+        return None
+    best = []
+    for ids in rows:
+        shared = [min(_shared_prefix(ids, k[0]), len(ids) - 1) for k in kept]
+        j = max(range(len(kept)), key=shared.__getitem__)
+        best.append((shared[j], kept[j][1]) if shared[j] >= MIN_SHARED else (0, None))
+    feed = max(len(ids) - n for ids, (n, _) in zip(rows, best))
+    cached = [max(0, len(ids) - feed) for ids in rows]
+    if sum(cached) == 0:
+        return None
+    width = max(cached)
+    template = next(c for _, c in best if c is not None)
+    past = _fork(template)
+    for li, layer in enumerate(past.layers):
+        ref = template.layers[li]
+        parts_k, parts_v = [], []
+        for c, (_, row) in zip(cached, best):
+            k = ref.keys.new_zeros(1, ref.keys.shape[1], width, ref.keys.shape[-1])
+            v = ref.values.new_zeros(1, ref.values.shape[1], width, ref.values.shape[-1])
+            if c:
+                k[:, :, width - c:] = row.layers[li].keys[:, :, :c]
+                v[:, :, width - c:] = row.layers[li].values[:, :, :c]
+            parts_k.append(k)
+            parts_v.append(v)
+        layer.keys, layer.values = torch.cat(parts_k), torch.cat(parts_v)
+    return sum(cached), cached, past
+
+
+def _keep_rows(model, past, mask, rows: list[tuple[int, list[int]]]) -> None:
+    """Keep rows of a greedy batch's decoding cache for the next call (row j of the cache holds `ids`
+    at its unmasked positions, first to last), up to ROW_CACHE_BYTES in all."""
+    store = _ROWS.setdefault((id(model), tuple(sorted(_STEERING))), [])
+    used = sum(_cache_bytes(c) for _, c in store)
+    for j, ids in rows:
+        real = mask[j].nonzero().squeeze(1)[:len(ids)]
+        row = copy.copy(past)
+        row.layers = []
+        for layer in past.layers:
+            one = DynamicLayer()
+            one.lazy_initialization(layer.keys, layer.values)
+            one.keys, one.values = layer.keys[j:j + 1, :, real], layer.values[j:j + 1, :, real]  # copies
+            row.layers.append(one)
+        if used + _cache_bytes(row) > ROW_CACHE_BYTES:
+            return
+        used += _cache_bytes(row)
+        store.append((ids, row))
+
+
+def _cache_bytes(cache) -> int:
+    return sum(l.keys.numel() * l.keys.element_size() + l.values.numel() * l.values.element_size()
+               for l in cache.layers)
+
+
 def _prefill_one(model, ids: list[int]):
     dev = model.device
-    slots = _LAST.setdefault((id(model), tuple(sorted(_STEERING))), [])
+    key = (id(model), tuple(sorted(_STEERING)))
+    slots = _LAST.setdefault(key, [])
     keep, past = 0, None
-    if REUSE_PREFIX and slots:
-        shared = [min(_shared_prefix(ids, s[0]), len(ids) - 1) for s in slots]
-        best = max(range(len(slots)), key=shared.__getitem__)
-        cache = slots[best][1]
+    candidates = slots + _ROWS.get(key, [])
+    if REUSE_PREFIX and candidates:
+        shared = [min(_shared_prefix(ids, s[0]), len(ids) - 1) for s in candidates]
+        best = max(range(len(candidates)), key=shared.__getitem__)
+        cache = candidates[best][1]
         if shared[best] >= MIN_SHARED and not any(cache.is_sliding):
             keep, past = shared[best], _fork(cache)
             past.crop(keep - past.get_seq_length())
@@ -474,7 +544,7 @@ def _draw(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
 @torch.inference_mode()
 def _decode(model, tok, logits, past, mask, next_pos, *, sampled: torch.Tensor, max_new_tokens: int,
             stop: tuple[str, ...], temperature: float, top_k: int, top_p: float,
-            generators: list | None, hidden_module) -> list[Generation]:
+            generators: list | None, hidden_module, prompt_ids: list[list[int]] | None = None) -> list[Generation]:
     """Batched decoding from a filled KV cache; row r samples if sampled[r] else decodes greedily,
     drawing from generators[r] (the rows of one prompt share theirs, so they draw what they would alone).
 
@@ -483,6 +553,9 @@ def _decode(model, tok, logits, past, mask, next_pos, *, sampled: torch.Tensor, 
     is kept: the official SeaKR code (modified vLLM stop checker) does exactly this, so the state
     read is that of prompt + generated[:-1] + [EOS]. The extra step rides along with the other
     rows' next step, so it costs no separate forward pass.
+
+    With prompt_ids (greedy calls), each row's cache is kept when it finishes (_keep_rows): the next
+    call may continue the conversation (a prompt that starts with this prompt and its answer).
     """
     n = logits.shape[0]
     ends = eos_ids(model, tok)
@@ -495,6 +568,12 @@ def _decode(model, tok, logits, past, mask, next_pos, *, sampled: torch.Tensor, 
     alive = list(range(n))       # original row index of each row still in the cache
     captured = {}
     hook = None
+    keep_rows = prompt_ids is not None and REUSE_PREFIX and all(type(l) is _BufferedLayer for l in past.layers)
+
+    def leave(js):   # rows j of the cache, finished: keep prompt + the tokens fed for them (not EOS)
+        if keep_rows:
+            _keep_rows(model, past, mask, [(j, prompt_ids[alive[j]] + (gen[alive[j]] if finish[alive[j]] == "eos"
+                                                                       else gen[alive[j]][:-1])) for j in js])
     if hidden_module is not None:
         hook = hidden_module.register_forward_hook(
             lambda m, i, o: captured.__setitem__("h", (o[0] if isinstance(o, tuple) else o)[:, -1]))
@@ -509,6 +588,7 @@ def _decode(model, tok, logits, past, mask, next_pos, *, sampled: torch.Tensor, 
             if not keep:
                 break
             if len(keep) < len(alive):
+                leave([j for j in range(len(alive)) if j not in keep])
                 idx = torch.tensor(keep, device=logits.device)
                 past.batch_select_indices(idx)
                 logits, mask, next_pos = logits[idx], mask[idx], next_pos[idx]
@@ -547,6 +627,7 @@ def _decode(model, tok, logits, past, mask, next_pos, *, sampled: torch.Tensor, 
             mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=-1)
             logits, past = _forward(model, feed[:, None], mask, next_pos[:, None], past)
             next_pos = next_pos + 1
+        leave(range(len(alive)))
     finally:
         if hook is not None:
             hook.remove()
@@ -566,11 +647,13 @@ def greedy(model, tok, prompts: str | list[str], max_new_tokens: int = 64, stop:
         return []
     if len(batch) > 1 and not BATCH:
         return [greedy(model, tok, p, max_new_tokens, stop, hidden_module) for p in batch]
-    logits, past, mask, pos = _prefill(model, tok, batch)
+    ids = [encode(tok, p) for p in batch]
+    logits, past, mask, pos = _prefill(model, tok, ids)
+    _ROWS.pop((id(model), tuple(sorted(_STEERING))), None)   # only the last greedy call's rows are kept
     past = _for_decoding(past, len(batch), max_new_tokens + 1)
     outs = _decode(model, tok, logits, past, mask, pos, sampled=torch.zeros(len(batch), dtype=torch.bool),
                    max_new_tokens=max_new_tokens, stop=tuple(stop), temperature=1.0, top_k=0, top_p=1.0,
-                   generators=None, hidden_module=hidden_module)
+                   generators=None, hidden_module=hidden_module, prompt_ids=ids)
     return outs[0] if single else outs
 
 
@@ -599,7 +682,7 @@ def sample_many(model, tok, prompts: list[str], k: int, *, seeds: list[int], tem
         return [sample_many(model, tok, [p], k, seeds=[s], temperature=temperature, top_k=top_k, top_p=top_p,
                             max_new_tokens=max_new_tokens, stop=stop, hidden_module=hidden_module,
                             with_greedy=with_greedy)[0] for p, s in zip(prompts, seeds)]
-    logits, past, mask, pos = _prefill(model, tok, prompts)
+    logits, past, mask, pos = _prefill(model, tok, [encode(tok, p) for p in prompts])
     per = k + int(with_greedy)
     rows = per * len(prompts)
     past = _for_decoding(past, rows, max_new_tokens + 1, shared_prompt=SHARE_PROMPT)
@@ -632,6 +715,7 @@ def record_output(module):
 def forget_prefix() -> None:
     """Drop every cached prefix KV state."""
     _LAST.clear()
+    _ROWS.clear()
 
 
 @contextlib.contextmanager

@@ -313,6 +313,36 @@ def test_batch_prefills_the_shared_head_once_and_matches_one_by_one(tiny):
     assert [g.token_ids for g in batch] == [g.token_ids for g in alone]
 
 
+def test_next_turn_continues_each_rows_kept_cache(tiny):
+    """A batch whose prompts continue the last greedy batch's rows (prompt + answer + a new turn)
+    feeds only the new tokens, and decodes what the plain path decodes; so does a single prompt."""
+    model, tok = tiny
+    firsts = ["Question: who wrote it?\nAnswer:", "Q: 2nd one, longer?\nA:", "Tell me a story:"]
+    turn = "\nUser: and briefly?\nAssistant:"
+    common.forget_prefix()
+    first = common.greedy(model, tok, firsts, max_new_tokens=8)
+    seconds = [f + g.text + turn for f, g in zip(firsts, first)]
+    seen, h = [], model.model.embed_tokens.register_forward_hook(lambda m, i, o: seen.append(tuple(i[0].shape)))
+    try:
+        batch = common.greedy(model, tok, seconds, max_new_tokens=6)
+        single = common.greedy(model, tok, seconds[1] + batch[1].text + turn, max_new_tokens=6)
+    finally:
+        h.remove()
+    # each row kept its prompt and the answer tokens fed back: all but the last of an answer cut at
+    # max_new_tokens (one character a token here), so the new turn and that token are fed
+    assert all(g.finish == "length" for g in first + [batch[1]])
+    prefills = [s for s in seen if s[1] > 1]
+    assert prefills == [(3, len(turn) + 1), (1, len(turn) + 1)]
+    common.REUSE_PREFIX = common.BATCH = False
+    try:
+        plain = [common.greedy(model, tok, p, max_new_tokens=6) for p in seconds]
+        plain_single = common.greedy(model, tok, seconds[1] + batch[1].text + turn, max_new_tokens=6)
+    finally:
+        common.REUSE_PREFIX = common.BATCH = True
+    assert [g.token_ids for g in batch] == [g.token_ids for g in plain]
+    assert single.token_ids == plain_single.token_ids
+
+
 def test_shared_prompt_attention_equals_sdpa_over_copied_prompts():
     torch.manual_seed(0)
     rows, heads, kv_heads, prompt_len, own, dim = 3, 4, 2, 6, 2, 8
