@@ -1201,6 +1201,10 @@ def add_common_args(parser: argparse.ArgumentParser, dataset: str = "hotpotqa") 
                         help="'demo' (data/corpus.jsonl), 'contexts' (the questions' own paragraphs, "
                              "pooled) or a corpus file (JSONL, DPR psgs_w100.tsv, FlashRAG JSONL)")
     parser.add_argument("--limit", type=int, help="only the first N questions")
+    parser.add_argument("--skip", type=int, default=0,
+                        help="leave out the first N of those (a shard: --limit 50 --skip 25 answers questions "
+                             "26-50 with the ids, seeds and --corpus contexts pool of the whole run, so shard "
+                             "outputs concatenate into the whole run's file)")
     parser.add_argument("--output", help="JSONL file of per-question results (default: outputs/...)")
     parser.add_argument("--seed", type=int, default=0, help="base seed; each question derives its own")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
@@ -1255,6 +1259,10 @@ def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
     if getattr(args, "plain", False):
         REUSE_PREFIX = BATCH = False
     records = load_questions(args) if records is None else records
+    skip = getattr(args, "skip", 0) or 0
+    if skip < 0 or (records and skip >= len(records)):
+        raise InputError(f"--skip {skip}: {len(records)} questions are loaded; skip 0 to {len(records) - 1} of them")
+    records = records[skip:]
     out = Path(args.output) if args.output else default_output(method, args)
     done = {}
     if out.exists():

@@ -46,6 +46,20 @@ def test_run_writes_rows_resumes_and_summarises(tmp_path):
     assert again["em"] == summary["em"]
 
 
+def test_shards_concatenate_into_the_whole_run(tmp_path):
+    solve = lambda rec: {"prediction": rec["id"], "trace": {"seed": common.question_seed(0, rec["id"])}}
+    whole = make_args(tmp_path, output=str(tmp_path / "whole.jsonl"))           # the fixture's 3 questions
+    assert common.run(whole, "fake", solve)["n"] == 3
+    first = make_args(tmp_path, limit=1, output=str(tmp_path / "a.jsonl"))
+    second = make_args(tmp_path, limit=3, skip=1, output=str(tmp_path / "b.jsonl"))
+    assert common.run(first, "fake", solve)["n"] == 1 and common.run(second, "fake", solve)["n"] == 2
+    rows = lambda name: [json.loads(l) for l in (tmp_path / name).read_text().splitlines()]
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "seconds"} for r in rs]
+    assert strip(rows("a.jsonl") + rows("b.jsonl")) == strip(rows("whole.jsonl"))
+    with pytest.raises(common.InputError, match="--skip 3: 3 questions are loaded"):
+        common.run(make_args(tmp_path, skip=3), "fake", solve)
+
+
 def test_run_rejects_a_malformed_output_file_and_an_unwritable_path(tmp_path):
     args = make_args(tmp_path)
     Path(args.output).write_text('{"id": "x", "prediction": "a"}\n{not json\n')
