@@ -2,24 +2,24 @@
 
     python benchmarks/run_all.py --data FILE --limit 50 --out results/hotpotqa50 [--jobs 2]
     python benchmarks/run_all.py --out results/hotpotqa50 --table-only      # table + plot from the files
+    python benchmarks/run_all.py ... --model M --deltas ... --taus ... -- --device cuda --dtype float16
 
-Runs (each a plain command line of seakr.py / ctrla.py / rowen.py, written to OUT/NAME.jsonl; a run
-already complete is skipped, a partial one resumes):
-- SeaKR at its default delta, at two more thresholds, never and always retrieving;
-- CtrlA at its default (calibrated) tau, at two more, never and always retrieving;
+Runs (each a plain command line of seakr.py / ctrla.py / rowen.py, written to OUT/NAME.jsonl with its
+log in OUT/NAME.log; a run already complete is skipped, a partial one resumes):
+- SeaKR at its default delta, at the --deltas, never and always retrieving;
+- CtrlA at its default tau, at the --taus, never and always retrieving;
 - Rowen once with --mode hybrid --always-retrieve: it computes Z_CL and Z_CM and repairs every answer,
-  so Rowen-CL, -CM, -Hybrid at any threshold and never-retrieve are re-read from that one run
-  (rowen.at_threshold: the same predictions a run of that mode and threshold gives; its calls and
-  seconds are the hybrid run's).
+  so Rowen-CL, -CM, -Hybrid at any threshold (the default 1.4 and the --zs) and never-retrieve are
+  re-read from that one run (rowen.at_threshold: the predictions a run of that mode and threshold
+  gives; calls and seconds stay the hybrid run's).
 Writes OUT/table.md (EM, F1, acc, retrieval rate, retrievals, model calls and seconds per question),
 OUT/figures.json and, if matplotlib is installed (an optional dependency of this command only),
 OUT/f1_vs_retrieval.png: F1 against retrieval rate, one line per method through its thresholds.
 
-Thresholds of the sweeps (beside the defaults): SeaKR delta 0.8 and 2.5 are the 25th and 50th
-percentiles of the step scores of our first 30 HotpotQA questions at the default 3.01 (SmolLM2-135M);
-CtrlA tau -9.8 and -6.8 are the calibrated -7.82 moved by -2 and +1, which moved the first segment's
-trigger rate on those questions from 67% to about 30% and 93%; Rowen's hybrid Z is swept over 0.5,
-1.0 and the default 1.4. They spread the retrieval rate of the 135M model; another model needs its own.
+The default sweeps suit SmolLM2-135M: SeaKR delta 2.5 and 0.8 are about the median and the 25th
+percentile of the step scores of our first 30 HotpotQA questions (default 3.01); CtrlA tau -9.8 and
+-6.8 are the calibrated -7.82 moved by -2 and +1, which moved the first segment's trigger rate on those
+questions from 67% to about 30% and 93%. They spread the retrieval rate; another model needs its own.
 """
 from __future__ import annotations
 
@@ -34,29 +34,31 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import eval as metrics  # noqa: E402  (the project's metrics; no model is loaded here)
 
-# name -> (script, extra arguments, method, label in the table)
-RUNS = {
-    "seakr": ("seakr.py", [], "SeaKR", "SeaKR (default delta)"),
-    "seakr-delta2.5": ("seakr.py", ["--threshold", "2.5"], "SeaKR", "SeaKR, delta 2.5"),
-    "seakr-delta0.8": ("seakr.py", ["--threshold", "0.8"], "SeaKR", "SeaKR, delta 0.8"),
-    "seakr-never": ("seakr.py", ["--retrieve", "never"], "SeaKR", "SeaKR, never retrieve (CoT)"),
-    "seakr-always": ("seakr.py", ["--retrieve", "always"], "SeaKR", "SeaKR, always retrieve (IRCoT-like)"),
-    "ctrla": ("ctrla.py", [], "CtrlA", "CtrlA (calibrated tau)"),
-    "ctrla-tau-9.8": ("ctrla.py", ["--tau", "-9.8"], "CtrlA", "CtrlA, tau -9.8"),
-    "ctrla-tau-6.8": ("ctrla.py", ["--tau", "-6.8"], "CtrlA", "CtrlA, tau -6.8"),
-    "ctrla-never": ("ctrla.py", ["--never-retrieve"], "CtrlA", "CtrlA, never retrieve"),
-    "ctrla-always": ("ctrla.py", ["--always-retrieve"], "CtrlA", "CtrlA, always retrieve"),
-    "rowen-hybrid-always": ("rowen.py", ["--mode", "hybrid", "--always-retrieve"], "Rowen",
-                            "Rowen, always retrieve"),
-}
-ROWEN_SWEEP = [0.5, 1.0]          # hybrid thresholds beside the default, re-read from the hybrid run
+# Sweep values for SmolLM2-135M (see above); another model takes its own with --deltas, --taus, --zs.
+DELTAS, TAUS, ZS = [2.5, 0.8], [-9.8, -6.8], [0.5, 1.0]
+HYBRID = "rowen-hybrid-always"
+
+
+def runs(a) -> dict:
+    """name -> (script, extra arguments, method, label in the table), in table order."""
+    out = {"seakr": ("seakr.py", [], "SeaKR", "SeaKR (default delta)")}
+    out.update({f"seakr-delta{d:g}": ("seakr.py", ["--threshold", f"{d:g}"], "SeaKR", f"SeaKR, delta {d:g}")
+                for d in a.deltas})
+    out["seakr-never"] = ("seakr.py", ["--retrieve", "never"], "SeaKR", "SeaKR, never retrieve (CoT)")
+    out["seakr-always"] = ("seakr.py", ["--retrieve", "always"], "SeaKR", "SeaKR, always retrieve (IRCoT-like)")
+    out["ctrla"] = ("ctrla.py", [], "CtrlA", "CtrlA (default tau)")
+    out.update({f"ctrla-tau{t:g}": ("ctrla.py", ["--tau", f"{t:g}"], "CtrlA", f"CtrlA, tau {t:g}") for t in a.taus})
+    out["ctrla-never"] = ("ctrla.py", ["--never-retrieve"], "CtrlA", "CtrlA, never retrieve")
+    out["ctrla-always"] = ("ctrla.py", ["--always-retrieve"], "CtrlA", "CtrlA, always retrieve")
+    out[HYBRID] = ("rowen.py", ["--mode", "hybrid", "--always-retrieve"], "Rowen", "Rowen, always retrieve")
+    return {n: v for n, v in out.items() if n in a.runs or a.runs == ["all"]}
 
 
 def command(name: str, a) -> list[str]:
-    script, extra, _, _ = RUNS[name]
+    script, extra, _, _ = runs(a)[name]
     return ([sys.executable, str(ROOT / script), "--data", str(a.data), "--corpus", a.corpus,
              "--output", str(a.out / f"{name}.jsonl")] + (["--limit", str(a.limit)] if a.limit else [])
-            + (["--model", a.model] if a.model else []) + extra)
+            + (["--model", a.model] if a.model else []) + extra + a.extra)
 
 
 def done(name: str, a) -> bool:
@@ -88,12 +90,12 @@ def table_rows(a) -> list[tuple[str, str, str, dict]]:
     """(name, method, label, summary) for every run file present, the Rowen rows re-read."""
     import rowen  # here, not at the top: it imports torch through common
     out = []
-    for name, (_, _, method, label) in RUNS.items():
+    for name, (_, _, method, label) in runs(a).items():
         path = a.out / f"{name}.jsonl"
         if not path.exists():
             continue
         rows = metrics.read_rows(path)
-        if name != "rowen-hybrid-always":
+        if name != HYBRID:
             out.append((name, method, label, metrics.summarize(rows)))
             continue
         modes = rowen.modes_from_run(rows)
@@ -101,7 +103,7 @@ def table_rows(a) -> list[tuple[str, str, str, dict]]:
                 ("rowen-cl", method, "Rowen-CL (threshold 0.6)", metrics.summarize(modes["cl"])),
                 ("rowen-cm", method, "Rowen-CM (threshold 0.8)", metrics.summarize(modes["cm"]))]
         out += [(f"rowen-hybrid-t{t:g}", method, f"Rowen-Hybrid, threshold {t:g}",
-                 metrics.summarize(rowen.at_threshold(rows, "hybrid", t))) for t in ROWEN_SWEEP]
+                 metrics.summarize(rowen.at_threshold(rows, "hybrid", t))) for t in a.zs]
         out += [("rowen-never", method, "Rowen, never retrieve", metrics.summarize(modes["never"])),
                 (name, method, label, metrics.summarize(rows))]
     return out
@@ -147,16 +149,26 @@ def main(argv=None):
     p.add_argument("--limit", type=int, help="first N questions")
     p.add_argument("--model", help="main model of every run (default: each method's default)")
     p.add_argument("--out", type=Path, required=True, help="directory of the run files, table and plot")
-    p.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS), help="a subset of the runs")
+    p.add_argument("--runs", nargs="+", default=["all"], metavar="NAME",
+                   help="a subset of the runs (names as in the file names: seakr, ctrla-never, rowen-hybrid-always, ...)")
+    p.add_argument("--deltas", type=float, nargs="*", default=DELTAS, help="SeaKR thresholds beside the default")
+    p.add_argument("--taus", type=float, nargs="*", default=TAUS, help="CtrlA taus beside the default")
+    p.add_argument("--zs", type=float, nargs="*", default=ZS, help="Rowen hybrid thresholds beside the default 1.4")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (2 cores: 2, with OMP_NUM_THREADS=1)")
     p.add_argument("--table-only", action="store_true", help="no runs: the table and plot from OUT")
+    p.add_argument("extra", nargs=argparse.REMAINDER,
+                   help="after --: arguments for every run (e.g. -- --device cuda --dtype float16)")
     a = p.parse_args(argv)
+    a.extra = a.extra[1:] if a.extra[:1] == ["--"] else a.extra
+    known = runs(argparse.Namespace(**{**vars(a), "runs": ["all"]}))
+    if a.runs != ["all"] and set(a.runs) - set(known):
+        raise SystemExit(f"error: unknown run {sorted(set(a.runs) - set(known))[0]}; runs: {', '.join(known)}")
     a.out.mkdir(parents=True, exist_ok=True)
     if not a.table_only:
         if a.data is None or not a.data.exists():
             raise SystemExit(f"error: --data {a.data}: no such question file")
         start = time.time()
-        run_all(a.runs, a)
+        run_all(list(runs(a)), a)
         print(f"all runs: {time.time() - start:.0f} s wall clock")
     try:
         rows = table_rows(a)
@@ -165,7 +177,7 @@ def main(argv=None):
     if not rows:
         raise SystemExit(f"error: no run files in {a.out}")
     table = metrics.format_table([(label, s) for _, _, label, s in rows], markdown=True, first="run")
-    total = sum(s["sec_per_q"] * s["n"] for name, _, _, s in rows if name in RUNS)
+    total = sum(s["sec_per_q"] * s["n"] for name, _, _, s in rows if name in runs(a))
     (a.out / "table.md").write_text(table + "\n")
     (a.out / "figures.json").write_text(json.dumps({name: s for name, _, _, s in rows}, indent=1) + "\n")
     print(table)

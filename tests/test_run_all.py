@@ -26,12 +26,16 @@ def rowen_row(qid, z_cl, z_cm, initial, final):
 
 
 def test_commands_and_resume(tmp_path):
-    a = argparse.Namespace(data=Path("q.json"), corpus="contexts", limit=2, model=None, out=tmp_path, jobs=1)
+    a = argparse.Namespace(data=Path("q.json"), corpus="contexts", limit=2, model=None, out=tmp_path, jobs=1,
+                           runs=["all"], deltas=run_all.DELTAS, taus=run_all.TAUS, zs=run_all.ZS, extra=["--seed", "1"])
     cmd = run_all.command("ctrla-tau-9.8", a)
     assert cmd[1].endswith("ctrla.py") and cmd[2:] == ["--data", "q.json", "--corpus", "contexts", "--output",
                                                        str(tmp_path / "ctrla-tau-9.8.jsonl"), "--limit", "2",
-                                                       "--tau", "-9.8"]
-    assert run_all.command("rowen-hybrid-always", a)[-3:] == ["--mode", "hybrid", "--always-retrieve"]
+                                                       "--tau", "-9.8", "--seed", "1"]
+    assert run_all.command("rowen-hybrid-always", a)[-5:-2] == ["--mode", "hybrid", "--always-retrieve"]
+    assert list(run_all.runs(a)) == ["seakr", "seakr-delta2.5", "seakr-delta0.8", "seakr-never", "seakr-always",
+                                     "ctrla", "ctrla-tau-9.8", "ctrla-tau-6.8", "ctrla-never", "ctrla-always",
+                                     "rowen-hybrid-always"]
     write(tmp_path / "seakr.jsonl", [qa("1", "Paris", 1)])
     assert not run_all.done("seakr", a)          # 1 of 2 questions: resumes
     write(tmp_path / "seakr.jsonl", [qa("1", "Paris", 1), qa("2", "Rome", 0)])
@@ -60,6 +64,8 @@ def test_table_from_run_files(tmp_path, capsys):
 
 
 def test_no_run_files_is_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match="unknown run seakr-x"):
+        run_all.main(["--out", str(tmp_path), "--table-only", "--runs", "seakr", "seakr-x"])
     with pytest.raises(SystemExit, match="no run files"):
         run_all.main(["--out", str(tmp_path), "--table-only"])
     with pytest.raises(SystemExit, match="no such question file"):
