@@ -8,6 +8,8 @@ Implements, with the standard library only:
 - yes/no accuracy for StrategyQA and BLEU / ROUGE-L for TruthfulQA, the automatic metrics of Rowen.
 
 Usage: python eval.py out/seakr_hotpotqa.jsonl out/ctrla_hotpotqa.jsonl [--markdown]
+To run every method and its baselines on the same questions and get one table and a plot of F1
+against retrieval rate: benchmarks/run_all.py (it scores with this file).
 
 Differs from the official code in:
 - StrategyQA: Rowen's `is_supported` falls back to True, so "No." and "" count as True; our
