@@ -34,7 +34,10 @@ Differs from the official code in:
 - prompts outside the paper's Tables 1-3 are our own wording (StrategyQA reasoning, short answers,
   translation, query reformulation, repair, and every target-language prompt); NQ,
   TriviaQA and HotpotQA (paper Table 6, no official runner) use the TruthfulQA prompts with a short answer;
-- --never-retrieve / --always-retrieve still run the detection, so the trace shows what Z decided.
+- --never-retrieve / --always-retrieve still run the detection, so the trace shows what Z decided;
+- call order: the perturbation and the translations come first, so that M answers x0, the x^j and
+  the translated x^j in one batch, and judges all pairs in one batch (greedy and per-question seeds:
+  the same texts as the official one-stage-after-another order).
 """
 from __future__ import annotations
 
