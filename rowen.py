@@ -494,7 +494,8 @@ def main(argv=None):
     p.add_argument("--modes-from", metavar="FILE",
                    help="read a --mode hybrid output file: print how well Z_CL, Z_CM and Z flag wrong initial "
                         "answers (detection_quality) and, for an --always-retrieve run, Rowen-CL, -CM, "
-                        "-Hybrid and never-retrieve re-read from it (modes_from_run); then exit")
+                        "-Hybrid and never-retrieve re-read from it (modes_from_run); with --limit N, its first "
+                        "N rows; then exit")
     args = p.parse_args(argv)
     if args.modes_from:
         import eval as metrics
@@ -502,6 +503,7 @@ def main(argv=None):
             rows = metrics.read_rows(args.modes_from)
         except (OSError, ValueError) as e:
             raise common.InputError(f"--modes-from: {e}") from None
+        rows = rows[:args.limit] if args.limit else rows   # the first N rows of the file
         if all(r["trace"].get("retrieved") for r in rows):
             table = [(f"rowen-{m}", metrics.summarize(r)) for m, r in modes_from_run(rows, args.alpha).items()]
             print(metrics.format_table(table, markdown=True))

@@ -400,6 +400,22 @@ def test_modes_re_read_from_one_hybrid_always_run():
         rowen.modes_from_run([{**row("d", 0.1, None), "id": "d"}])
 
 
+def test_modes_from_cli_reads_the_first_rows(tmp_path, capsys):
+    def row(qid, z, initial):
+        return {"id": qid, "answers": ["Paris"], "prediction": "Paris", "retrievals": 2, "model_calls": 40,
+                "seconds": 1.0, "trace": {"task": "qa", "z_cl": z, "z_cm": z, "retrieved": True,
+                                          "queries": ["q1", "q2"], "initial_answer": initial, "final_answer": "Paris"}}
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [row("a", 1.0, "Rome"), row("b", 0.0, "Paris"),
+                                                           row("c", 0.0, "Oslo")]))
+    rowen.main(["--modes-from", str(path), "--limit", "2"])
+    out = capsys.readouterr().out
+    # hybrid Z 2.0 keeps r0 "Rome" (wrong), Z 0 repairs to "Paris": EM 50; never: Rome, Paris: EM 50
+    assert "| rowen-hybrid | 2 | 50.0 |" in out and "| rowen-never | 2 | 50.0 |" in out
+    assert "detection on 2 questions, 1 initial answers wrong" in out
+    assert "Z_cl: AUC 0.0" in out      # the right r0 has the lower Z
+
+
 def test_detection_quality_auc_and_flag_rates():
     def row(r0, z_cl, z_cm):
         return {"id": r0, "answers": ["Paris"], "trace": {"task": "qa", "initial_answer": r0, "z_cl": z_cl,
