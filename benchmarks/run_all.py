@@ -157,7 +157,8 @@ def main(argv=None):
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (2 cores: 2, with OMP_NUM_THREADS=1)")
     p.add_argument("--table-only", action="store_true", help="no runs: the table and plot from OUT")
     p.add_argument("extra", nargs=argparse.REMAINDER,
-                   help="after --: arguments for every run (e.g. -- --device cuda --dtype float16)")
+                   help="after --: arguments every method takes, for every run (common ones: -- --device cuda "
+                        "--dtype float16 --seed 1)")
     a = p.parse_args(argv)
     a.extra = a.extra[1:] if a.extra[:1] == ["--"] else a.extra
     known = runs(argparse.Namespace(**{**vars(a), "runs": ["all"]}))
