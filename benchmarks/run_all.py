@@ -58,7 +58,8 @@ def command(name: str, a) -> list[str]:
     script, extra, _, _ = runs(a)[name]
     return ([sys.executable, str(ROOT / script), "--data", str(a.data), "--corpus", a.corpus,
              "--output", str(a.out / f"{name}.jsonl")] + (["--limit", str(a.limit)] if a.limit else [])
-            + (["--model", a.model] if a.model else []) + extra + a.extra)
+            + (["--model", a.model] if a.model else [])
+            + (["--verifier", a.verifier] if a.verifier and script == "rowen.py" else []) + extra + a.extra)
 
 
 def done(name: str, a) -> bool:
@@ -148,6 +149,7 @@ def main(argv=None):
     p.add_argument("--corpus", default="contexts", help="passed to each method (default: contexts)")
     p.add_argument("--limit", type=int, help="first N questions")
     p.add_argument("--model", help="main model of every run (default: each method's default)")
+    p.add_argument("--verifier", help="Rowen's verifier model (default: rowen.py's)")
     p.add_argument("--out", type=Path, required=True, help="directory of the run files, table and plot")
     p.add_argument("--runs", nargs="+", default=["all"], metavar="NAME",
                    help="a subset of the runs (names as in the file names: seakr, ctrla-never, rowen-hybrid-always, ...)")

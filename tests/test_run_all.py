@@ -26,13 +26,14 @@ def rowen_row(qid, z_cl, z_cm, initial, final):
 
 
 def test_commands_and_resume(tmp_path):
-    a = argparse.Namespace(data=Path("q.json"), corpus="contexts", limit=2, model=None, out=tmp_path, jobs=1,
+    a = argparse.Namespace(data=Path("q.json"), corpus="contexts", limit=2, model=None, verifier="V", out=tmp_path, jobs=1,
                            runs=["all"], deltas=run_all.DELTAS, taus=run_all.TAUS, zs=run_all.ZS, extra=["--seed", "1"])
     cmd = run_all.command("ctrla-tau-9.8", a)
     assert cmd[1].endswith("ctrla.py") and cmd[2:] == ["--data", "q.json", "--corpus", "contexts", "--output",
                                                        str(tmp_path / "ctrla-tau-9.8.jsonl"), "--limit", "2",
                                                        "--tau", "-9.8", "--seed", "1"]
-    assert run_all.command("rowen-hybrid-always", a)[-5:-2] == ["--mode", "hybrid", "--always-retrieve"]
+    assert run_all.command("rowen-hybrid-always", a)[-7:-2] == ["--verifier", "V", "--mode", "hybrid", "--always-retrieve"]
+    assert "--verifier" not in run_all.command("seakr", a)
     assert list(run_all.runs(a)) == ["seakr", "seakr-delta2.5", "seakr-delta0.8", "seakr-never", "seakr-always",
                                      "ctrla", "ctrla-tau-9.8", "ctrla-tau-6.8", "ctrla-never", "ctrla-always",
                                      "rowen-hybrid-always"]
