@@ -251,6 +251,11 @@ _ROWS = {}               # (model id, active steering) -> [(token ids, one-row K
 _STEERING = []           # (module id, digest of the vector) of each add_to_output in force
 
 
+def _cache_key(model) -> tuple:
+    """Cached prefixes and kept rows are per model and per set of active steering vectors."""
+    return id(model), tuple(sorted(_STEERING))
+
+
 def _fork(cache):
     """A second handle on a KV cache. Cache updates rebind their tensors (torch.cat, indexing,
     slicing) and never write into them, so sharing the tensors is safe and copies nothing.
@@ -416,9 +421,10 @@ def _prefill(model, tok, rows: list[list[int]]):
         return _prefill_one(model, rows[0])
     dev = model.device
     head = min(min(_shared_prefix(rows[0], r) for r in rows[1:]), min(len(r) for r in rows) - 1)
-    stitched = _stitched_rows(model, rows) if REUSE_PREFIX else None
-    if stitched is not None and stitched[0] > (head if head >= MIN_SHARED else 0) * len(rows):
-        cached, past = stitched[1:]
+    stitched = _stitched_rows(model, rows, beat=(head if head >= MIN_SHARED else 0) * len(rows)) \
+        if REUSE_PREFIX else None
+    if stitched is not None:
+        cached, past = stitched
     else:
         cached, past = [0] * len(rows), None
         if REUSE_PREFIX and head >= MIN_SHARED:
@@ -440,12 +446,12 @@ def _prefill(model, tok, rows: list[list[int]]):
     return logits, past, mask, positions[:, -1] + 1
 
 
-def _stitched_rows(model, rows: list[list[int]]):
+def _stitched_rows(model, rows: list[list[int]], beat: int = 0):
     """Each prompt's KV cache taken from the kept row (of the last greedy call) it continues, for a
     batch whose rows then feed the same number of new tokens T: row i keeps its first len_i - T
-    tokens (at most what it shares with its kept row), left-padded. Returns (tokens saved, cached
-    tokens per row, cache), or None when no kept row serves."""
-    kept = _ROWS.get((id(model), tuple(sorted(_STEERING))), [])
+    tokens (at most what it shares with its kept row), left-padded. Returns (cached tokens per row,
+    cache), or None when that saves no more than `beat` tokens (then nothing is built)."""
+    kept = _ROWS.get(_cache_key(model), [])
     if not kept:
         return None
     best = []
@@ -455,7 +461,7 @@ def _stitched_rows(model, rows: list[list[int]]):
         best.append((shared[j], kept[j][1]) if shared[j] >= MIN_SHARED else (0, None))
     feed = max(len(ids) - n for ids, (n, _) in zip(rows, best))
     cached = [max(0, len(ids) - feed) for ids in rows]
-    if sum(cached) == 0:
+    if sum(cached) <= beat:
         return None
     width = max(cached)
     template = next(c for _, c in best if c is not None)
@@ -472,15 +478,19 @@ def _stitched_rows(model, rows: list[list[int]]):
             parts_k.append(k)
             parts_v.append(v)
         layer.keys, layer.values = torch.cat(parts_k), torch.cat(parts_v)
-    return sum(cached), cached, past
+    return cached, past
 
 
 def _keep_rows(model, past, mask, rows: list[tuple[int, list[int]]]) -> None:
     """Keep rows of a greedy batch's decoding cache for the next call (row j of the cache holds `ids`
     at its unmasked positions, first to last), up to ROW_CACHE_BYTES in all."""
-    store = _ROWS.setdefault((id(model), tuple(sorted(_STEERING))), [])
+    store = _ROWS.setdefault(_cache_key(model), [])
     used = sum(_cache_bytes(c) for _, c in store)
+    per_token = _cache_bytes(past) // max(1, past.layers[0].keys.shape[0] * past.layers[0].keys.shape[-2])
     for j, ids in rows:
+        if used + per_token * len(ids) > ROW_CACHE_BYTES:
+            return
+        used += per_token * len(ids)
         real = mask[j].nonzero().squeeze(1)[:len(ids)]
         row = copy.copy(past)
         row.layers = []
@@ -489,9 +499,6 @@ def _keep_rows(model, past, mask, rows: list[tuple[int, list[int]]]) -> None:
             one.lazy_initialization(layer.keys, layer.values)
             one.keys, one.values = layer.keys[j:j + 1, :, real], layer.values[j:j + 1, :, real]  # copies
             row.layers.append(one)
-        if used + _cache_bytes(row) > ROW_CACHE_BYTES:
-            return
-        used += _cache_bytes(row)
         store.append((ids, row))
 
 
@@ -502,7 +509,7 @@ def _cache_bytes(cache) -> int:
 
 def _prefill_one(model, ids: list[int]):
     dev = model.device
-    key = (id(model), tuple(sorted(_STEERING)))
+    key = _cache_key(model)
     slots = _LAST.setdefault(key, [])
     keep, past = 0, None
     candidates = slots + _ROWS.get(key, [])
@@ -649,7 +656,7 @@ def greedy(model, tok, prompts: str | list[str], max_new_tokens: int = 64, stop:
         return [greedy(model, tok, p, max_new_tokens, stop, hidden_module) for p in batch]
     ids = [encode(tok, p) for p in batch]
     logits, past, mask, pos = _prefill(model, tok, ids)
-    _ROWS.pop((id(model), tuple(sorted(_STEERING))), None)   # only the last greedy call's rows are kept
+    _ROWS.pop(_cache_key(model), None)   # only the last greedy call's rows are kept
     past = _for_decoding(past, len(batch), max_new_tokens + 1)
     outs = _decode(model, tok, logits, past, mask, pos, sampled=torch.zeros(len(batch), dtype=torch.bool),
                    max_new_tokens=max_new_tokens, stop=tuple(stop), temperature=1.0, top_k=0, top_p=1.0,

@@ -70,19 +70,20 @@ def done(name: str, a) -> bool:
 def run_all(names: list[str], a) -> None:
     """The runs not yet complete, `a.jobs` at a time (each a fresh process, its log in OUT/NAME.log)."""
     todo = [n for n in names if not done(n, a)]
-    running: list[tuple[str, subprocess.Popen, float]] = []
+    running: list[tuple] = []      # (name, process, start time, log file)
     while todo or running:
         while todo and len(running) < a.jobs:
             name = todo.pop(0)
             cmd = command(name, a)
             print("running:", " ".join(cmd[1:]), flush=True)
             log = open(a.out / f"{name}.log", "a")
-            running.append((name, subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=log), time.time()))
+            running.append((name, subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=log), time.time(), log))
         time.sleep(2)
         for item in list(running):
-            name, proc, start = item
+            name, proc, start, log = item
             if proc.poll() is not None:
                 running.remove(item)
+                log.close()
                 status = "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode}, see {name}.log)"
                 print(f"{name}: {status} in {time.time() - start:.0f} s", flush=True)
 
@@ -100,9 +101,8 @@ def table_rows(a) -> list[tuple[str, str, str, dict]]:
             out.append((name, method, label, metrics.summarize(rows)))
             continue
         modes = rowen.modes_from_run(rows)
-        out += [("rowen-hybrid", method, "Rowen-Hybrid (threshold 1.4)", metrics.summarize(modes["hybrid"])),
-                ("rowen-cl", method, "Rowen-CL (threshold 0.6)", metrics.summarize(modes["cl"])),
-                ("rowen-cm", method, "Rowen-CM (threshold 0.8)", metrics.summarize(modes["cm"]))]
+        out += [(f"rowen-{m}", method, f"Rowen-{m.upper() if m != 'hybrid' else 'Hybrid'} (threshold "
+                 f"{rowen.default_threshold(m):g})", metrics.summarize(modes[m])) for m in ("hybrid", "cl", "cm")]
         out += [(f"rowen-hybrid-t{t:g}", method, f"Rowen-Hybrid, threshold {t:g}",
                  metrics.summarize(rowen.at_threshold(rows, "hybrid", t))) for t in a.zs]
         out += [("rowen-never", method, "Rowen, never retrieve", metrics.summarize(modes["never"])),
