@@ -7,7 +7,8 @@ named after a colon. For each, the same command runs twice per repeat, one after
 tree: as shipped, and with --plain (no prefix KV cache, no batching: every model call prefilled and
 decoded alone; the same code behind one flag). --before DIR adds a third run of an older checkout of
 this project (e.g. `git worktree add /tmp/before <commit>`) with the same arguments, to compare with
-the code before a change. Seconds per question are the median over the questions of the per-question
+the code before a change. --dtype bfloat16 adds a run of the shipped code in that precision: its
+outputs differ, so the figures add each variant's scores (EM/F1/acc or BLEU/ROUGE-L) beside the speed. Seconds per question are the median over the questions of the per-question
 times each run records (model loading excluded). The outputs are compared question by question:
 the predictions, and the whole per-question trace.
 
@@ -25,12 +26,14 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import eval as eval_metrics  # noqa: E402
 DEMO = {"seakr": "hotpotqa", "ctrla": "popqa", "rowen": "truthfulqa"}   # each method's demo set
 
 
-def run(method: str, code: Path, dataset: str, limit: int, out: Path, plain: bool) -> list[dict]:
+def run(method: str, code: Path, dataset: str, limit: int, out: Path, extra: list[str]) -> list[dict]:
     cmd = [sys.executable, str(code / f"{method}.py"), "--dataset", dataset, "--limit", str(limit),
-           "--output", str(out)] + (["--plain"] if plain else [])
+           "--output", str(out)] + extra
     done = subprocess.run(cmd, cwd=code, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"error: {' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
@@ -53,15 +56,19 @@ def main():
     p.add_argument("--limit", type=int, default=3, help="questions of each demo set")
     p.add_argument("--repeats", type=int, default=1, help="runs of each variant (per-question times pooled)")
     p.add_argument("--before", type=Path, help="an older checkout of this project to time as well")
-    p.add_argument("--no-plain", action="store_true", help="skip the --plain run (with --before: a quick check)")
+    p.add_argument("--no-plain", action="store_true", help="skip the --plain run (with --before or --dtype: a quick check)")
+    p.add_argument("--dtype", choices=["bfloat16", "float16"],
+                   help="add a run of the shipped code with this --dtype (its outputs differ: compared, not equal)")
     a = p.parse_args()
-    variants = [("shipped", ROOT, False)] + ([] if a.no_plain else [("plain", ROOT, True)])
-    if a.no_plain and not a.before:
-        raise SystemExit("error: --no-plain leaves nothing to compare with; add --before DIR")
+    variants = [("shipped", ROOT, [])] + ([] if a.no_plain else [("plain", ROOT, ["--plain"])])
+    if a.dtype:
+        variants.append((a.dtype, ROOT, ["--dtype", a.dtype]))
+    if a.no_plain and not (a.before or a.dtype):
+        raise SystemExit("error: --no-plain leaves nothing to compare with; add --before DIR or --dtype")
     if a.before:
         if not (a.before / "seakr.py").exists():
             raise SystemExit(f"error: {a.before} is not a checkout of this project")
-        variants.append(("before", a.before.resolve(), False))
+        variants.append(("before", a.before.resolve(), []))
     runs = []
     for item in a.methods:
         method, _, dataset = item.partition(":")
@@ -74,9 +81,9 @@ def main():
             secs = {name: [] for name, _, _ in variants}
             rows = {}
             for r in range(a.repeats):
-                for name, code, plain in variants:
+                for name, code, extra in variants:
                     out = Path(tmp) / f"{method}-{dataset}-{name}-{r}.jsonl"
-                    got = run(method, code, dataset, a.limit, out, plain)
+                    got = run(method, code, dataset, a.limit, out, extra)
                     secs[name] += [row["seconds"] for row in got]
                     rows.setdefault(name, got)
             med = {name: statistics.median(s) for name, s in secs.items()}
@@ -89,6 +96,14 @@ def main():
                    **({"speedup_vs_plain": round(med["plain"] / med["shipped"], 2)} if "plain" in med else {})}
             if "before" in med:
                 fig["speedup_vs_before"] = round(med["before"] / med["shipped"], 2)
+            if a.dtype:   # outputs differ, so how good they are is compared instead
+                for name in (a.dtype, "shipped"):
+                    quality = {k: v for k, v in eval_metrics.summarize(rows[name]).items()
+                               if k in ("em", "f1", "acc", "bleu", "rouge_l", "closer_to_correct")}
+                    fig.update({f"{k}_{name}": v for k, v in quality.items()})
+                fig[f"speedup_{a.dtype}_vs_shipped"] = round(med["shipped"] / med[a.dtype], 2)
+                if "before" in med:
+                    fig[f"speedup_{a.dtype}_vs_before"] = round(med["before"] / med[a.dtype], 2)
             for name, (np_, nt) in same.items():
                 fig[f"same_predictions_{name}"] = f"{np_}/{len(ref)}"
                 fig[f"same_traces_{name}"] = f"{nt}/{len(ref)}"
