@@ -19,7 +19,8 @@ OUT/f1_vs_retrieval.png: F1 against retrieval rate, one line per method through 
 The default sweeps suit SmolLM2-135M: SeaKR delta 2.5 and 0.8 are about the median and the 25th
 percentile of the step scores of our first 30 HotpotQA questions (default 3.01); CtrlA tau -9.8 and
 -6.8 are the calibrated -7.82 moved by -2 and +1, which moved the first segment's trigger rate on those
-questions from 67% to about 30% and 93%. They spread the retrieval rate; another model needs its own.
+questions from 67% to about 30% and 93%. They spread the retrieval rate; another model needs its own
+(with --model, run_all.py asks for --deltas and --taus).
 """
 from __future__ import annotations
 
@@ -153,8 +154,8 @@ def main(argv=None):
     p.add_argument("--out", type=Path, required=True, help="directory of the run files, table and plot")
     p.add_argument("--runs", nargs="+", default=["all"], metavar="NAME",
                    help="a subset of the runs (names as in the file names: seakr, ctrla-never, rowen-hybrid-always, ...)")
-    p.add_argument("--deltas", type=float, nargs="*", default=DELTAS, help="SeaKR thresholds beside the default")
-    p.add_argument("--taus", type=float, nargs="*", default=TAUS, help="CtrlA taus beside the default")
+    p.add_argument("--deltas", type=float, nargs="*", help=f"SeaKR thresholds beside the default (SmolLM2: {DELTAS})")
+    p.add_argument("--taus", type=float, nargs="*", help=f"CtrlA taus beside the default (SmolLM2: {TAUS})")
     p.add_argument("--zs", type=float, nargs="*", default=ZS, help="Rowen hybrid thresholds beside the default 1.4")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (2 cores: 2, with OMP_NUM_THREADS=1)")
     p.add_argument("--table-only", action="store_true", help="no runs: the table and plot from OUT")
@@ -163,6 +164,12 @@ def main(argv=None):
                         "--dtype float16 --seed 1)")
     a = p.parse_args(argv)
     a.extra = a.extra[1:] if a.extra[:1] == ["--"] else a.extra
+    if a.model not in (None, "smollm2-135m") and not a.table_only and (a.deltas is None or a.taus is None):
+        # scores live on a scale of their own per model: SmolLM2's sweep would retrieve always or never
+        raise SystemExit(f"error: the default --deltas {DELTAS} and --taus {TAUS} suit smollm2-135m; give "
+                         f"--deltas and --taus around {a.model}'s own thresholds (README: Thresholds)")
+    a.deltas = DELTAS if a.deltas is None else a.deltas
+    a.taus = TAUS if a.taus is None else a.taus
     known = runs(argparse.Namespace(**{**vars(a), "runs": ["all"]}))
     if a.runs != ["all"] and set(a.runs) - set(known):
         raise SystemExit(f"error: unknown run {sorted(set(a.runs) - set(known))[0]}; runs: {', '.join(known)}")

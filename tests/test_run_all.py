@@ -69,5 +69,7 @@ def test_no_run_files_is_a_clear_error(tmp_path):
         run_all.main(["--out", str(tmp_path), "--table-only", "--runs", "seakr", "seakr-x"])
     with pytest.raises(SystemExit, match="no run files"):
         run_all.main(["--out", str(tmp_path), "--table-only"])
+    with pytest.raises(SystemExit, match="give --deltas and --taus around m/7b's own"):
+        run_all.main(["--out", str(tmp_path), "--data", "q.json", "--model", "m/7b", "--deltas", "-6"])
     with pytest.raises(SystemExit, match="no such question file"):
         run_all.main(["--out", str(tmp_path), "--data", str(tmp_path / "missing.json")])
