@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import eval as metrics  # noqa: E402  (the project's metrics; no model is loaded here)
 
-# Sweep values for SmolLM2-135M (see above); another model takes its own with --deltas, --taus, --zs.
+# Sweep values for SmolLM2-135M (see above); another model gives its own (--deltas, --taus, --zs).
 DELTAS, TAUS, ZS = [2.5, 0.8], [-9.8, -6.8], [0.5, 1.0]
 HYBRID = "rowen-hybrid-always"
 
