@@ -8,8 +8,9 @@ tree: as shipped, and with --plain (no prefix KV cache, no batching: every model
 decoded alone; the same code behind one flag). --before DIR adds a third run of an older checkout of
 this project (e.g. `git worktree add /tmp/before <commit>`) with the same arguments, to compare with
 the code before a change. --dtype bfloat16 adds a run of the shipped code in that precision: its
-outputs differ, so the figures add each variant's scores (EM/F1/acc or BLEU/ROUGE-L) beside the speed. Seconds per question are the median over the questions of the per-question
-times each run records (model loading excluded). The outputs are compared question by question:
+outputs differ, so the figures add each variant's scores (EM/F1/acc or BLEU/ROUGE-L) beside the
+speed. Seconds per question are the median over the questions of the per-question times each run
+records (model loading excluded). The outputs are compared question by question:
 the predictions, and the whole per-question trace.
 
 Prints a table and one JSON line. Each run is a fresh process; set OMP_NUM_THREADS to choose threads.
