@@ -166,6 +166,7 @@ def main(argv=None):
     a.extra = a.extra[1:] if a.extra[:1] == ["--"] else a.extra
     if a.model not in (None, "smollm2-135m") and not a.table_only and (a.deltas is None or a.taus is None):
         # scores live on a scale of their own per model: SmolLM2's sweep would retrieve always or never
+        # ("smollm2-135m" is common.DEFAULT_MODEL, not imported here: common loads torch)
         raise SystemExit(f"error: the default --deltas {DELTAS} and --taus {TAUS} suit smollm2-135m; give "
                          f"--deltas and --taus around {a.model}'s own thresholds (README: Thresholds)")
     a.deltas = DELTAS if a.deltas is None else a.deltas
