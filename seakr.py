@@ -397,11 +397,45 @@ def solve_simple(model, tok, bm25, prefix: str, question: str, s: Settings, budg
 # ----------------------------------------------------------------------------------------------
 # Threshold calibration (paper 5.3: delta searched on a sample of NQ questions)
 
-def calibrate(model, tok, records: list[dict], s: Settings) -> dict:
-    """Score each question's direct answer and print, per candidate threshold, the retrieval rate and
-    the no-retrieval accuracy on each side. Recommended: the threshold that separates right from wrong
-    direct answers best, i.e. maximises acc(kept) - acc(retrieved), with at least 10% of the
-    questions on each side (our rule; the paper only states its value, -6 for LLaMA-2-7B)."""
+PAPER_KEPT_WRONG = 0.8   # paper 5.3: at its cut point "less than 80% questions cannot be answered correctly"
+MIN_SIDE = 0.1           # our rule: each side of a recommended threshold holds at least 10% of the questions
+
+
+def threshold_table(rows: list[tuple[float, bool]]) -> dict:
+    """From (direct-answer score, answered right) pairs: per candidate delta (the 5%, 10%, .., 95%
+    quantiles of the scores), the retrieval rate and the share answered right on each side, and
+    two recommended deltas (None when no candidate qualifies), each with at least 10% of the
+    questions on each side:
+    - "gap" (our rule): the delta that separates right from wrong best, max acc(kept) - acc(retrieved);
+    - "paper": paper 5.3's condition read as: of the questions kept (U <= delta), fewer than 80% are
+      answered wrong; the largest delta that meets it, i.e. the least retrieval it allows."""
+    rows = sorted(rows)
+    scores = [r[0] for r in rows]
+    candidates = sorted({round(scores[int(len(scores) * f / 20)], 2) for f in range(1, 20)})
+    table, gap, paper = [], None, None
+    for d in candidates:
+        kept = [ok for sc, ok in rows if sc <= d]
+        retr = [ok for sc, ok in rows if sc > d]
+        acc_k = sum(kept) / len(kept) if kept else float("nan")
+        acc_r = sum(retr) / len(retr) if retr else float("nan")
+        table.append({"delta": d, "retrieval_rate": len(retr) / len(rows), "acc_kept": acc_k,
+                      "acc_retrieved": acc_r, "n_kept": len(kept)})
+        if min(len(kept), len(retr)) < MIN_SIDE * len(rows):
+            continue
+        if gap is None or acc_k - acc_r > gap[1]:
+            gap = (d, acc_k - acc_r)
+        if 1 - acc_k < PAPER_KEPT_WRONG:
+            paper = d
+    return {"table": table, "gap": gap[0] if gap else None, "gap_points": 100 * gap[1] if gap else None,
+            "paper": paper, "n": len(rows), "n_right": sum(ok for _, ok in rows),
+            "min": scores[0], "median": scores[len(scores) // 2], "max": scores[-1]}
+
+
+def calibrate(model, tok, records: list[dict], s: Settings, sink=None) -> dict:
+    """Score each question's direct answer (simple-QA prompt, no passages) and print threshold_table:
+    per candidate threshold, the retrieval rate and the no-retrieval accuracy on each side, and the
+    deltas our rule and the paper's condition recommend. With `sink` (an open text file), each
+    question's id, score, answer and correctness go there as JSONL as they come."""
     import eval as metrics
     from tqdm import tqdm
     prefix = load_exemplars("simpleqa")
@@ -409,28 +443,28 @@ def calibrate(model, tok, records: list[dict], s: Settings) -> dict:
     for rec in tqdm(records, desc="calibrate", unit="q"):
         budget = Budget(common.question_seed(s.seed, rec["id"]))
         answer, c = answer_once(model, tok, build_prompt(prefix, rec["question"]), s, budget)
+        right = bool(metrics.accuracy(answer or "", rec["answers"]))
         if math.isfinite(c.score):
-            rows.append((c.score, metrics.accuracy(answer or "", rec["answers"])))
-    rows.sort()
-    scores = [r[0] for r in rows]
-    candidates = sorted({round(q, 2) for q in [scores[int(len(scores) * f / 20)] for f in range(1, 20)]})
+            rows.append((c.score, right))
+        if sink:
+            sink.write(json.dumps({"id": rec["id"], "score": c.score if math.isfinite(c.score) else None,
+                                   "answer": answer, "right": right}) + "\n")
+            sink.flush()
+    if not rows:
+        raise SystemExit("error: no question gave a finite score; nothing to calibrate")
+    t = threshold_table(rows)
     print(f"{'delta':>8} {'retrieve%':>9} {'acc kept':>9} {'acc retr':>9} {'n kept':>7}")
-    best, table = None, []
-    for d in candidates:
-        kept = [a for sc, a in rows if sc <= d]
-        retr = [a for sc, a in rows if sc > d]
-        acc_k = sum(kept) / len(kept) if kept else float("nan")
-        acc_r = sum(retr) / len(retr) if retr else float("nan")
-        table.append({"delta": d, "retrieval_rate": len(retr) / len(rows), "acc_kept": acc_k,
-                      "acc_retrieved": acc_r})
-        print(f"{d:8.2f} {100 * len(retr) / len(rows):9.1f} {100 * acc_k:9.1f} {100 * acc_r:9.1f} {len(kept):7d}")
-        if min(len(kept), len(retr)) >= 0.1 * len(rows) and (best is None or acc_k - acc_r > best[1]):
-            best = (d, acc_k - acc_r)
-    print(f"scores: min {scores[0]:.3f}, median {scores[len(scores) // 2]:.3f}, max {scores[-1]:.3f} "
-          f"over {len(rows)} questions")
-    if best:
-        print(f"recommended --threshold {best[0]} (largest accuracy gap kept - retrieved: {100 * best[1]:.1f} points)")
-    return {"table": table, "recommended": best[0] if best else None}
+    for r in t["table"]:
+        print(f"{r['delta']:8.2f} {100 * r['retrieval_rate']:9.1f} {100 * r['acc_kept']:9.1f} "
+              f"{100 * r['acc_retrieved']:9.1f} {r['n_kept']:7d}")
+    print(f"scores: min {t['min']:.3f}, median {t['median']:.3f}, max {t['max']:.3f} over {t['n']} questions, "
+          f"{t['n_right']} answered right without retrieval")
+    print(f"our rule (largest accuracy gap kept - retrieved): "
+          + (f"--threshold {t['gap']} ({t['gap_points']:.1f} points)" if t["gap"] is not None else "no candidate"))
+    print(f"paper 5.3 (kept questions under 80% wrong): "
+          + (f"--threshold {t['paper']}" if t["paper"] is not None else
+             "no candidate: the model answers too few right unaided; retrieve (nearly) always"))
+    return t
 
 
 # ----------------------------------------------------------------------------------------------
@@ -455,10 +489,17 @@ def main(argv=None):
     p.add_argument("--mode", choices=["auto", "multihop", "simple"], default="auto",
                    help="multi-hop loop or simple QA (auto: by dataset)")
     p.add_argument("--calibrate", action="store_true",
-                   help="print retrieval rate and accuracy per threshold on --data/--dataset, then exit")
+                   help="print retrieval rate and accuracy per threshold on --data/--dataset, then exit "
+                        "(with --output: each question's score and answer to that JSONL file)")
     args = p.parse_args(argv)
 
     records = common.load_questions(args)      # bad input fails here, before the model loads
+    sink = None
+    if args.calibrate and args.output:
+        try:
+            sink = open(args.output, "w", encoding="utf-8")
+        except OSError as e:
+            raise common.InputError(f"cannot write {args.output} ({e.strerror})") from None
     model, tok = common.load_model(args.model, args.dtype, args.device)
     delta = args.threshold if args.threshold is not None else THRESHOLDS.get(args.model)
     if delta is None and not args.calibrate:
@@ -470,7 +511,11 @@ def main(argv=None):
                  layer=args.layer if args.layer is not None else default_layer(model), k=args.samples,
                  retrieve=args.retrieve, rerank=not args.no_rerank, final=args.final, seed=args.seed)
     if args.calibrate:
-        calibrate(model, tok, records, s)
+        try:
+            calibrate(model, tok, records, s, sink)
+        finally:
+            if sink:
+                sink.close()
         return
     bm25 = common.load_retriever(args, records)
     prefixes = {}

@@ -38,6 +38,21 @@ def test_retrieval_decision_is_strict():
     assert seakr.should_retrieve(math.inf, "a step", 5.0)   # no usable sample: uncertain
 
 
+def test_threshold_table_hand_computed():
+    # scores 1..20; questions 1, 2, 3 answered right without retrieval
+    t = seakr.threshold_table([(float(i), i <= 3) for i in range(20, 0, -1)])
+    assert [r["delta"] for r in t["table"]] == list(range(2, 21))    # the 5%..95% quantiles
+    first = t["table"][0]                                            # delta 2: keep 1, 2
+    assert first["retrieval_rate"] == 18 / 20 and first["acc_kept"] == 1.0
+    assert first["acc_retrieved"] == pytest.approx(1 / 18) and first["n_kept"] == 2
+    assert t["gap"] == 3 and t["gap_points"] == pytest.approx(100.0)   # all right kept, none retrieved
+    assert t["paper"] == 14          # kept 3 of 14 right (78.6% wrong); at 15, 80% wrong: not under 80%
+    assert (t["n"], t["n_right"], t["min"], t["median"], t["max"]) == (20, 3, 1.0, 11.0, 20.0)
+    # only the most uncertain question right: the paper's condition is met nowhere; sides >= 10% each
+    t = seakr.threshold_table([(float(i), i == 20) for i in range(1, 21)])
+    assert t["paper"] is None and t["gap"] == 2
+
+
 def test_rerank_argmin_empty_last_and_ties_to_bm25_order():
     assert seakr.pick_candidate([-5.0, -6.5, -6.0], ["a", "b", "c"]) == 1
     assert seakr.pick_candidate([-5.0, -9.0], ["a", ""]) == 0
