@@ -70,6 +70,10 @@ THRESHOLDS = {
     "smollm2-135m": 3.01,
 }
 PAPER_THRESHOLD = -6.0
+# --calibrate's two rules (threshold_table): the paper's condition at its cut point (5.3: "less than 80%
+# questions cannot be answered correctly"), and ours (each side of a delta holds >= 10% of the questions)
+PAPER_KEPT_WRONG = 0.8
+MIN_SIDE = 0.1
 MULTI_HOP = {"hotpotqa": "hotpotqa", "2wikimultihopqa": "2wikimultihopqa", "iirc": "iirc",
              "musique": "hotpotqa"}   # MuSiQue has no exemplars of its own: HotpotQA's are closest
 BASE_STOP = ("\n\n", "\nQuestion:", "\nContext")   # [official prepare_llm_input]
@@ -397,10 +401,6 @@ def solve_simple(model, tok, bm25, prefix: str, question: str, s: Settings, budg
 
 # ----------------------------------------------------------------------------------------------
 # Threshold calibration (paper 5.3: delta searched on a sample of NQ questions)
-
-PAPER_KEPT_WRONG = 0.8   # paper 5.3: at its cut point "less than 80% questions cannot be answered correctly"
-MIN_SIDE = 0.1           # our rule: each side of a recommended threshold holds at least 10% of the questions
-
 
 def threshold_table(rows: list[tuple[float, bool]]) -> dict:
     """From (direct-answer score, answered right) pairs: per candidate delta (the 5%, 10%, .., 95%
