@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny random LLaMA and a character-level tokenizer, both built offline."""
+"""Shared fixtures, all built offline: a tiny random LLaMA, a character-level toy tokenizer, and the two
+tokenizer kinds users run (LLaMA-style SentencePiece with byte fallback, and byte-level BPE)."""
 import string
 import sys
 from pathlib import Path
@@ -45,3 +46,95 @@ def make_model(vocab_size, seed=0, layers=4):
 def tiny():
     tok = make_tokenizer()
     return make_model(len(tok)), tok
+
+
+# Text the offline tokenizers are trained on: the prompts' pieces and the facts the tests use, so that
+# common words become whole tokens and rarer ones split into pieces, as with a real vocabulary.
+TRAIN_TEXT = [
+    "Question: Who directed the film Laughter In Hell? Answer: The film Laughter In Hell was directed by "
+    "Edward L. Cahn. So the answer is Edward L. Cahn.",
+    "Question: What is the capital of France? Answer: Paris is the capital of France. So the answer is Paris.",
+    "Context: the region around Paris is called the Ile-de-France; its capital is Paris.",
+    "Dr. Who is a television series; St. Louis is a city in Missouri; Mt. Everest is the highest mountain.",
+    "[INST] Answer the question honestly. [/INST] The answer is that nobody knows.",
+    "I am sorry, but I cannot answer that question. I don't know the answer.",
+    "The evidence shows that the earlier answer was wrong; the correct answer is the one in the passage.",
+    "True or False: penguins do not have teeth. The answer is True.",
+    "Your short answer: Paris. Your revised short answer: Paris.",
+] * 4
+SPECIALS = ["<unk>", "<s>", "</s>"]
+
+
+def make_sentencepiece_tokenizer():
+    """A LLaMA-2 / Mistral style tokenizer: SentencePiece BPE with byte fallback, BOS <s> = 1, EOS </s> = 2.
+
+    As in the real ones: Metaspace pre-tokenizer ("▁" for spaces, one prepended), the LLaMA decoder
+    (Replace "▁" -> " ", ByteFallback, Fuse, Strip one leading space), and so a token decoded alone
+    loses its leading space ("▁Cahn" -> "Cahn"); characters outside the vocabulary ("Î", "—", "東")
+    become <0xNN> byte tokens that decode only together. No pad token, as LLaMA-2.
+    """
+    import json
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import LlamaTokenizerFast
+    meta = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True)
+    trainer_tk = Tokenizer(models.BPE(unk_token="<unk>"))
+    trainer_tk.pre_tokenizer = meta
+    trainer_tk.train_from_iterator(TRAIN_TEXT, trainers.BpeTrainer(
+        vocab_size=240, special_tokens=SPECIALS, show_progress=False))
+    learned = json.loads(trainer_tk.to_str())["model"]
+    vocab = dict(learned["vocab"])
+    for b in range(256):                       # the byte-fallback tokens, as in LLaMA's vocabulary
+        vocab.setdefault(f"<0x{b:02X}>", len(vocab))
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in learned["merges"]]
+    tk = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tk.add_special_tokens([AddedToken(t, special=True) for t in SPECIALS])
+    tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+    tk.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                    decoders.Strip(" ", 1, 0)])
+    tk.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    return LlamaTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+
+
+def make_bytelevel_tokenizer():
+    """A GPT-2 / Qwen / SmolLM2 style byte-level BPE tokenizer: spaces belong to the next token ("Ġthe"),
+    non-ASCII characters split across byte tokens; no BOS; EOS "<|endoftext|>" doubles as pad."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tk.train_from_iterator(TRAIN_TEXT, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False))
+    return PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+
+
+@pytest.fixture(scope="session")
+def sp_tok():
+    return make_sentencepiece_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def bpe_tok():
+    return make_bytelevel_tokenizer()
+
+
+@pytest.fixture(scope="session", params=["sentencepiece", "bytelevel"])
+def real_tok(request):
+    """Each of the two tokenizer kinds users run (text-handling tests take this one)."""
+    return make_sentencepiece_tokenizer() if request.param == "sentencepiece" else make_bytelevel_tokenizer()
+
+
+@pytest.fixture(scope="session", params=["sentencepiece", "bytelevel"])
+def tiny_real(request):
+    """A tiny random LLaMA with each of the two real tokenizer kinds (pad set as load_model does)."""
+    tok = make_sentencepiece_tokenizer() if request.param == "sentencepiece" else make_bytelevel_tokenizer()
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    model = make_model(len(tok))
+    model.config.bos_token_id = tok.bos_token_id
+    model.config.eos_token_id = tok.eos_token_id
+    model.config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    return model, tok
