@@ -198,14 +198,19 @@ def turn_stops(tok) -> tuple[str, ...]:
     return () if tok.chat_template else ("\nUser:",)
 
 
-def encode(tok, text: str) -> list[int]:
-    """Token ids of a prompt, with the tokenizer's BOS unless the text already carries it.
+def encode(tok, prompt: str | list[int]) -> list[int]:
+    """Token ids of a prompt, with the tokenizer's BOS unless the text already carries it. A prompt given
+    as token ids is returned as it is: resuming a generation from its ids keeps exactly the tokens the
+    model produced, where re-encoding the decoded text may not (see below).
 
-    subtle: a prompt must not end in a space. LLaMA's tokenizer absorbs it into the next word,
-    but byte-level BPE (SmolLM2, GPT-2 style) makes it a lone token the model never saw there,
-    so "Answer: " is encoded as "Answer:".
+    subtle: a text prompt must not end in a space, and so the trailing spaces are dropped. Both kinds of
+    tokenizer make a final space a token of its own that the model rarely saw there: SentencePiece
+    (LLaMA-2, Mistral) encodes "Answer: " as [..."Answer:", "▁"], byte-level BPE (SmolLM2, Qwen, GPT-2)
+    as [..."Answer", ":", " "]; inside a text the space belongs to the next word ("▁Paris", " Paris").
     """
-    text = text.rstrip(" ")
+    if not isinstance(prompt, str):
+        return list(prompt)
+    text = prompt.rstrip(" ")
     bos = tok.bos_token
     special = not (bos and text.startswith(bos))
     return tok(text, add_special_tokens=special)["input_ids"]
@@ -642,13 +647,14 @@ def _decode(model, tok, logits, past, mask, next_pos, *, sampled: torch.Tensor, 
                        [tok.decode([t]) for t in gen[r]]) for r in range(n)]
 
 
-def greedy(model, tok, prompts: str | list[str], max_new_tokens: int = 64, stop: tuple[str, ...] = (),
+def greedy(model, tok, prompts: str | list[int] | list, max_new_tokens: int = 64, stop: tuple[str, ...] = (),
            hidden_module=None):
-    """Greedy continuation of one prompt (returns a Generation) or a batch (returns a list).
+    """Greedy continuation of one prompt (returns a Generation) or a batch (returns a list). A prompt
+    is a text or a list of token ids (see encode).
 
     The batch is left-padded and decoded together; each row gives the same text as decoding it alone.
     """
-    single = isinstance(prompts, str)
+    single = isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], int))
     batch = [prompts] if single else list(prompts)
     if not batch:
         return []

@@ -431,3 +431,25 @@ def test_prefix_cache_is_kept_per_steering(tiny):
     # their own kind of cache and feed one token each
     assert [n for n in seen if n > 1] == [len(common.encode(tok, head + " x"))]
     assert steered == steered_ref and plain == plain_ref
+
+
+def test_greedy_resumes_from_token_ids_exactly(tiny_real):
+    """A continuation resumed from prompt ids + generated ids equals one longer greedy decode, on both tokenizer
+    kinds; encode passes ids through untouched."""
+    import common
+    model, tok = tiny_real
+    prompt = "Question: Who directed the film? Answer:"
+    assert common.encode(tok, [5, 6, 7]) == [5, 6, 7]
+    whole = common.greedy(model, tok, prompt, max_new_tokens=12)
+    first = common.greedy(model, tok, prompt, max_new_tokens=5)
+    rest = common.greedy(model, tok, common.encode(tok, prompt) + first.token_ids, max_new_tokens=7)
+    assert first.token_ids + rest.token_ids == whole.token_ids
+
+
+def test_trailing_space_is_a_lone_token_on_both_tokenizer_kinds(real_tok):
+    """encode's reason for dropping a prompt's trailing space: on both kinds it is a token of its own."""
+    import common
+    with_space = real_tok("Answer: ", add_special_tokens=False)["input_ids"]
+    without = real_tok("Answer:", add_special_tokens=False)["input_ids"]
+    assert with_space[:-1] == without and real_tok.decode(with_space[-1:]).strip() == ""
+    assert common.encode(real_tok, "Answer: ") == common.encode(real_tok, "Answer:")
