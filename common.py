@@ -6,10 +6,12 @@ them needs to talk to a language model, a corpus and a question set:
 - models:     load_model() for a Hugging Face id, a local directory or an embedded alias
               (smollm2-135m, gemma3-270m), converted from GGUF once and cached on disk
 - prompts:    chat_prompt() for chat turns, encode() for any prompt text
-- generation: greedy() decodes a batch of prompts; sample() draws k continuations with ONE
-              prefill of the prompt (its KV cache expanded to k rows); both cut at stop strings,
-              return per-token log-probabilities and, on request, the hidden state of a chosen
-              module at the final position of each sequence (SeaKR's "EOS state")
+- generation: reference() is the plain decoding loop a reader can check in one screen: greedy and
+              k samples, cut at stop strings, with per-token log-probabilities and the hidden state
+              of a chosen module at each row's final (EOS-substituted) position (SeaKR's "EOS state").
+              greedy(), sample() and sample_many() give the same by a faster route (one prefill per
+              prompt, batching, a prefix cache: the "Speed machinery" section at the end of the file);
+              --plain routes them through reference()
 - hooks:      record_output() and add_to_output(), removed on exit even on an exception
 - retrieval:  load_corpus(), contexts_corpus(), BM25.search(query, k)
 - datasets:   load_dataset(name_or_path, limit)
@@ -217,7 +219,15 @@ def encode(tok, prompt: str | list[int]) -> list[int]:
 
 
 # ----------------------------------------------------------------------------------------------
-# Generation
+# Generation: the reference path
+#
+# What every method call computes, written plainly: reference() below is one screen a reader can
+# check. greedy(), sample() and sample_many() give the same texts, log-probabilities and hidden
+# states (tests/test_generation.py checks it) by a faster route, the "Speed machinery" at the end
+# of this file; --plain (PLAIN = True) makes them call reference() itself.
+
+PLAIN = False            # True: every call goes through reference() (--plain)
+
 
 @dataclass
 class Generation:
@@ -226,7 +236,7 @@ class Generation:
     token_ids: list[int]           # generated tokens, up to the one that completed the stop (EOS excluded)
     logprobs: list[float]          # log p(token) under the model (temperature 1, no top-k/top-p)
     finish: str                    # the stop string that ended it, "eos" or "length"
-    hidden: torch.Tensor | None = None  # hidden_module's output at the final position (see _decode)
+    hidden: torch.Tensor | None = None  # hidden_module's output at the final position (see reference)
     tokens: list[str] = field(default_factory=list)  # each token decoded on its own
 
     @property
@@ -234,302 +244,65 @@ class Generation:
         return [float(torch.tensor(lp).exp()) for lp in self.logprobs]
 
 
-def _forward(model, ids, mask, positions, past):
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                past_key_values=past, use_cache=True, logits_to_keep=1)
-    return out.logits[:, -1, :].float(), out.past_key_values
+@torch.inference_mode()
+def reference(model, tok, prompt: str | list[int], k: int = 0, *, with_greedy: bool = True,
+              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, max_new_tokens: int = 64,
+              stop: tuple[str, ...] = (), seed: int = 0, hidden_module=None) -> list[Generation]:
+    """Row 0 the greedy continuation of `prompt` (with_greedy), then k samples, decoded step by step
+    with a plain forward loop and transformers' own KV cache (one prefill, copied to every row).
 
-
-# Reuse of cached prompt prefixes (the few-shot examples, the chat template's head, the question,
-# earlier steps): a single prompt that shares its start with one of the last PREFIX_SLOTS single
-# prompts starts from that prompt's KV cache and pays only for its new tokens. Several slots let calls
-# that alternate between prompt families (a step prompt, then a query prompt, ...) each find theirs.
-# REUSE_PREFIX = False (and BATCH = False: independent prompts one by one) is the plain path, --plain.
-REUSE_PREFIX = True
-BATCH = True
-SHARE_PROMPT = True      # k samples read one shared copy of their prompt's KV cache (_SharedPromptLayer)
-MIN_SHARED = 16          # shorter shared prefixes are not worth a cache fork
-PREFIX_SLOTS = 4         # prompts kept per model, most recent first (about 46 KB a token for SmolLM2-135M)
-_LAST = {}               # (model id, active steering) -> [(token ids, KV cache)] of recent prefills
-ROW_CACHE_BYTES = 2 ** 30  # the rows of the last greedy call kept, up to this size (a conversation's next turn)
-_ROWS = {}               # (model id, active steering) -> [(token ids, one-row KV cache)] of the last greedy call
-_STEERING = []           # (module id, digest of the vector) of each add_to_output in force
-
-
-def _cache_key(model) -> tuple:
-    """Cached prefixes and kept rows are per model and per set of active steering vectors."""
-    return id(model), tuple(sorted(_STEERING))
-
-
-def _fork(cache):
-    """A second handle on a KV cache. Cache updates rebind their tensors (torch.cat, indexing,
-    slicing) and never write into them, so sharing the tensors is safe and copies nothing.
-    (_BufferedLayer writes in place, but only into a buffer of its own, past the shared tokens.)"""
-    twin = copy.copy(cache)
-    twin.layers = [copy.copy(layer) for layer in cache.layers]
-    return twin
-
-
-class _BufferedLayer(DynamicLayer):
-    """A decoding cache layer with room for the tokens still to come.
-
-    DynamicLayer appends with torch.cat, which copies every cached token (the whole prompt, once per
-    row) at every step. Here keys and values are views of buffers allocated once, with the prompt
-    copied into each row (the only copy), and a step writes its own slot. Rows that finish leave with
-    batch_select_indices, as before.
-    """
-
-    def __init__(self, layer: DynamicLayer, rows: int, room: int):
-        super().__init__()
-        b, heads, n, dim = layer.keys.shape
-        self.dtype, self.device, self.is_initialized = layer.keys.dtype, layer.keys.device, True
-        self._k = layer.keys.new_empty(rows, heads, n + room, dim)
-        self._v = layer.values.new_empty(rows, heads, n + room, layer.values.shape[-1])
-        # prompt i fills rows i * per ... (i + 1) * per - 1 (a one-prompt cache: all rows)
-        self._k.view(b, rows // b, heads, n + room, dim)[:, :, :, :n] = layer.keys[:, None]
-        self._v.view(b, rows // b, heads, n + room, -1)[:, :, :, :n] = layer.values[:, None]
-        self._n = n
-        self._views()
-
-    def _views(self):
-        self.keys, self.values = self._k[:, :, :self._n], self._v[:, :, :self._n]
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        new = key_states.shape[-2]
-        if self._n + new > self._k.shape[-2]:      # out of room: grow (not reached when room is enough)
-            more = max(self._n + new, 2 * self._k.shape[-2]) - self._k.shape[-2]
-            self._k = torch.cat([self._k, self._k.new_empty(*self._k.shape[:2], more, self._k.shape[-1])], -2)
-            self._v = torch.cat([self._v, self._v.new_empty(*self._v.shape[:2], more, self._v.shape[-1])], -2)
-        self._k[:, :, self._n:self._n + new] = key_states
-        self._v[:, :, self._n:self._n + new] = value_states
-        self._n += new
-        self._views()
-        return self.keys, self.values
-
-    def batch_select_indices(self, indices):
-        """Keep the rows `indices` (increasing), moved up in place: indexing would build a second
-        buffer while the first is still alive (the peak memory of k samples would double)."""
-        for new, old in enumerate(indices.tolist()):
-            if new != old:                     # old >= new: a row is read before it is overwritten
-                self._k[new].copy_(self._k[old])
-                self._v[new].copy_(self._v[old])
-        self._k, self._v = self._k[:len(indices)], self._v[:len(indices)]
-        self._views()
-
-    def crop(self, tokens_to_remove):
-        raise NotImplementedError("a decoding cache is not cropped")
-
-
-class _SharedPromptLayer(_BufferedLayer):
-    """k samples of one prompt: the prompt's keys and values stay ONE copy, shared by every row; the
-    buffers hold only each row's own new tokens.
-
-    subtle: the attention function must know to look at the prompt too. update() returns the rows'
-    own keys with the prompt's keys and values attached as the attribute `shared_prompt`, and
-    _sdpa_grouped attends over [shared prompt, own tokens] in one softmax (_attend_shared_prompt).
-    """
-
-    def __init__(self, layer: DynamicLayer, rows: int, room: int):
-        DynamicLayer.__init__(self)
-        b, heads, self._p, dim = layer.keys.shape
-        self.group = torch.arange(b, device=layer.keys.device).repeat_interleave(rows // b)  # row -> prompt
-        self.prompt = (layer.keys, layer.values)
-        self.dtype, self.device, self.is_initialized = layer.keys.dtype, layer.keys.device, True
-        self._k = layer.keys.new_empty(rows, heads, room, dim)
-        self._v = layer.values.new_empty(rows, heads, room, layer.values.shape[-1])
-        self._n = 0
-        self._views()
-
-    def _views(self):
-        super()._views()
-        self.keys.shared_prompt = self.prompt + (self.group,)
-
-    def batch_select_indices(self, indices):
-        super().batch_select_indices(indices)
-        self.group = self.group[indices]
-        self._views()
-
-    def get_seq_length(self) -> int:
-        return self._p + self._n
-
-
-def _attend_shared_prompt(query, keys, values, prompt, mask, scaling):
-    """softmax(q [P-keys, own keys]^T * scaling) [P-values; own values] for R rows that share their
-    first P positions, reading the shared ones once for all rows: query [R, heads, q, d], own
-    keys/values [R, kv_heads, n, d], prompt keys/values [1, kv_heads, P, d]; returns [R, q, heads, d]
-    like transformers' attention functions. A grouped kv head serves heads // kv_heads query heads.
-    With several prompts (prompt keys [b, ...]), `group` names each row's prompt and each prompt's
-    rows are attended to together."""
-    pk, pv, group = prompt
-    if pk.shape[0] > 1:
-        out = query.new_empty(query.shape[0], query.shape[2], query.shape[1], query.shape[3])
-        for g in group.unique().tolist():
-            idx = (group == g).nonzero().squeeze(1)
-            out[idx] = _attend_shared_prompt(query[idx], keys[idx], values[idx], (pk[g:g + 1], pv[g:g + 1], None),
-                                             None if mask is None else mask[idx], scaling)
-        return out
-    rows, heads, q_len, dim = query.shape
-    kv_heads, prompt_len = pk.shape[1], pk.shape[2]
-    q = query.reshape(rows, kv_heads, heads // kv_heads * q_len, dim)     # [R, G, per*q, d]
-    # prompt part: one matmul per kv head over all rows' queries
-    q_all = q.transpose(0, 1).reshape(kv_heads, -1, dim)                 # [G, R*per*q, d]
-    s_prompt = (q_all @ pk[0].transpose(-1, -2)).view(kv_heads, rows, -1, prompt_len).transpose(0, 1)
-    s_own = q @ keys.transpose(-1, -2)                                   # [R, G, per*q, n]
-    scores = torch.cat([s_prompt, s_own], dim=-1) * (scaling if scaling is not None else dim ** -0.5)
-    if mask is not None:                                                 # [R, 1, q, P + n]
-        m = mask[:, :, None].expand(rows, 1, heads // kv_heads, q_len, mask.shape[-1])
-        m = m.reshape(rows, 1, -1, mask.shape[-1])
-        scores = scores.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else scores + m
-    w = scores.float().softmax(-1).to(query.dtype)    # in float32, as transformers' eager attention
-    w_prompt = w[..., :prompt_len].transpose(0, 1).reshape(kv_heads, -1, prompt_len)
-    out = (w_prompt @ pv[0]).view(kv_heads, rows, -1, dim).transpose(0, 1) + w[..., prompt_len:] @ values
-    return out.reshape(rows, heads, q_len, dim).transpose(1, 2).contiguous()
-
-
-def _for_decoding(cache, rows: int, room: int, shared_prompt: bool = False):
-    """The prefill cache ready for decoding `rows` rows and up to `room` more tokens. shared_prompt:
-    the rows continue one prompt (k samples), which then stays one copy (_SharedPromptLayer).
-    Sliding-window layers (Gemma 3) keep their own update, one prompt copy per row."""
-    make = _SharedPromptLayer if shared_prompt and rows > 1 else _BufferedLayer
-    cache.layers = [make(layer, rows, room) if type(layer) is DynamicLayer
-                    else _repeated(layer, rows) for layer in cache.layers]
-    return cache
-
-
-def _repeated(layer, rows):
-    if layer.keys is not None and layer.keys.shape[0] != rows:
-        layer.batch_repeat_interleave(rows // layer.keys.shape[0])
-    return layer
-
-
-def _shared_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-@torch.no_grad()  # subtle: without it the prefill's activation graph lives as long as its cache
-def _prefill(model, tok, rows: list[list[int]]):
-    """Forward pass over prompts given as token ids: (last logits, KV cache, attention mask, next positions).
-
-    One prompt starts from the cached prompt (of the last PREFIX_SLOTS) or the kept row of the last
-    greedy call (_ROWS) it shares the most leading tokens with, if at least MIN_SHARED. Several prompts
-    are decoded as a batch, left-padded, and start from whichever saves more: each row from the kept
-    row it continues (a conversation's next turn: _stitched_rows), or the head they all share (a chat
-    template's system turn, few-shot examples, a question), prefilled once through the one-prompt path
-    and its cache. Sliding-window caches (Gemma 3) are never cropped, so they always start afresh.
-    """
-    if len(rows) == 1:
-        return _prefill_one(model, rows[0])
-    dev = model.device
-    head = min(min(_shared_prefix(rows[0], r) for r in rows[1:]), min(len(r) for r in rows) - 1)
-    stitched = _stitched_rows(model, rows, beat=(head if head >= MIN_SHARED else 0) * len(rows)) \
-        if REUSE_PREFIX else None
-    if stitched is not None:
-        cached, past = stitched
-    else:
-        cached, past = [0] * len(rows), None
-        if REUSE_PREFIX and head >= MIN_SHARED:
-            _, past, _, _ = _prefill_one(model, rows[0][:head])
-            if any(past.is_sliding):
-                past = None
-            else:
-                cached = [head] * len(rows)
-                past.batch_repeat_interleave(len(rows))
-    width_cached = max(cached)
-    tails = [r[c:] for r, c in zip(rows, cached)]
-    width = max(len(t) for t in tails)
-    ids = torch.tensor([[tok.pad_token_id] * (width - len(t)) + t for t in tails], device=dev)
-    tail_mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for t in tails], device=dev)
-    head_mask = torch.tensor([[0] * (width_cached - c) + [1] * c for c in cached], device=dev, dtype=torch.long)
-    mask = torch.cat([head_mask, tail_mask], dim=-1)
-    positions = torch.tensor(cached, device=dev)[:, None] + (tail_mask.cumsum(-1) - 1).clamp(min=0)
-    logits, past = _forward(model, ids, mask, positions, past)
-    return logits, past, mask, positions[:, -1] + 1
-
-
-def _stitched_rows(model, rows: list[list[int]], beat: int = 0):
-    """Each prompt's KV cache taken from the kept row (of the last greedy call) it continues, for a
-    batch whose rows then feed the same number of new tokens T: row i keeps its first len_i - T
-    tokens (at most what it shares with its kept row), left-padded. Returns (cached tokens per row,
-    cache), or None when that saves no more than `beat` tokens (then nothing is built)."""
-    kept = _ROWS.get(_cache_key(model), [])
-    if not kept:
-        return None
-    best = []
-    for ids in rows:
-        shared = [min(_shared_prefix(ids, k[0]), len(ids) - 1) for k in kept]
-        j = max(range(len(kept)), key=shared.__getitem__)
-        best.append((shared[j], kept[j][1]) if shared[j] >= MIN_SHARED else (0, None))
-    feed = max(len(ids) - n for ids, (n, _) in zip(rows, best))
-    cached = [max(0, len(ids) - feed) for ids in rows]
-    if sum(cached) <= beat:
-        return None
-    width = max(cached)
-    template = next(c for _, c in best if c is not None)
-    past = _fork(template)
-    for li, layer in enumerate(past.layers):
-        ref = template.layers[li]
-        parts_k, parts_v = [], []
-        for c, (_, row) in zip(cached, best):
-            k = ref.keys.new_zeros(1, ref.keys.shape[1], width, ref.keys.shape[-1])
-            v = ref.values.new_zeros(1, ref.values.shape[1], width, ref.values.shape[-1])
-            if c:
-                k[:, :, width - c:] = row.layers[li].keys[:, :, :c]
-                v[:, :, width - c:] = row.layers[li].values[:, :, :c]
-            parts_k.append(k)
-            parts_v.append(v)
-        layer.keys, layer.values = torch.cat(parts_k), torch.cat(parts_v)
-    return cached, past
-
-
-def _keep_rows(model, past, mask, rows: list[tuple[int, list[int]]]) -> None:
-    """Keep rows of a greedy batch's decoding cache for the next call (row j of the cache holds `ids`
-    at its unmasked positions, first to last), up to ROW_CACHE_BYTES in all."""
-    store = _ROWS.setdefault(_cache_key(model), [])
-    used = sum(_cache_bytes(c) for _, c in store)
-    per_token = _cache_bytes(past) // max(1, past.layers[0].keys.shape[0] * past.layers[0].keys.shape[-2])
-    for j, ids in rows:
-        if used + per_token * len(ids) > ROW_CACHE_BYTES:
-            return
-        used += per_token * len(ids)
-        real = mask[j].nonzero().squeeze(1)[:len(ids)]
-        row = copy.copy(past)
-        row.layers = []
-        for layer in past.layers:
-            one = DynamicLayer()
-            one.lazy_initialization(layer.keys, layer.values)
-            one.keys, one.values = layer.keys[j:j + 1, :, real], layer.values[j:j + 1, :, real]  # copies
-            row.layers.append(one)
-        store.append((ids, row))
-
-
-def _cache_bytes(cache) -> int:
-    return sum(l.keys.numel() * l.keys.element_size() + l.values.numel() * l.values.element_size()
-               for l in cache.layers)
-
-
-def _prefill_one(model, ids: list[int]):
-    dev = model.device
-    key = _cache_key(model)
-    slots = _LAST.setdefault(key, [])
-    keep, past = 0, None
-    candidates = slots + _ROWS.get(key, [])
-    if REUSE_PREFIX and candidates:
-        shared = [min(_shared_prefix(ids, s[0]), len(ids) - 1) for s in candidates]
-        best = max(range(len(candidates)), key=shared.__getitem__)
-        cache = candidates[best][1]
-        if shared[best] >= MIN_SHARED and not any(cache.is_sliding):
-            keep, past = shared[best], _fork(cache)
-            past.crop(keep - past.get_seq_length())
-    mask = torch.ones(1, len(ids), dtype=torch.long, device=dev)
-    positions = torch.arange(keep, len(ids), device=dev)[None]
-    logits, past = _forward(model, torch.tensor([ids[keep:]], device=dev), mask, positions, past)
-    slots[:] = [(ids, _fork(past))] + [s for s in slots if s[0] != ids][:PREFIX_SLOTS - 1]
-    return logits, past, mask, torch.tensor([len(ids)], device=dev)
+    A row ends at EOS, at a stop string (the text is cut before it) or after max_new_tokens. With a
+    hidden_module, the row's last token is then replaced by EOS and fed once more, and the module's
+    output at that position is the row's `hidden`: the state of prompt + generated[:-1] + [EOS]
+    (+ [EOS] after all generated tokens when the row ended at EOS). The official SeaKR code (its
+    modified vLLM stop checker) reads exactly this state."""
+    ids = encode(tok, prompt)
+    check_context(model, len(ids), max_new_tokens)
+    n, ends, eos = int(with_greedy) + k, eos_ids(model, tok), tok.eos_token_id
+    generator = torch.Generator().manual_seed(seed)   # all k rows draw from it, in row order, as a batch
+    gen, lps, texts, finish, hidden = [[] for _ in range(n)], [[] for _ in range(n)], [""] * n, [None] * n, [None] * n
+    seen = {}
+    hook = None if hidden_module is None else hidden_module.register_forward_hook(
+        lambda m, i, o: seen.__setitem__("h", (o[0] if isinstance(o, tuple) else o)[:, -1]))
+    try:
+        out = model(input_ids=torch.tensor([ids], device=model.device), use_cache=True, logits_to_keep=1)
+        past, logits = out.past_key_values, out.logits[:, -1].float().repeat(n, 1)
+        past.batch_repeat_interleave(n)
+        for step in range(max_new_tokens + 1):
+            for r in range(n):       # the state fed last step, for rows that had just ended
+                if hook is not None and finish[r] is not None and hidden[r] is None:
+                    hidden[r] = seen["h"][r].float().cpu()
+            live = [r for r in range(n) if finish[r] is None]
+            if not live:
+                break
+            pick, logp = logits.argmax(-1), logits.log_softmax(-1)
+            drawing = [r for r in live if r >= int(with_greedy)]
+            if drawing:
+                pick[drawing] = _draw(logits[drawing], temperature, top_k, top_p, generator)
+            for r in live:
+                t = int(pick[r])
+                if t in ends:
+                    finish[r] = "eos"
+                    continue
+                gen[r].append(t)
+                lps[r].append(float(logp[r, t]))
+                texts[r] = tok.decode(gen[r], skip_special_tokens=True)
+                hits = [(texts[r].find(s), s) for s in stop if s in texts[r]]
+                if hits:
+                    at, finish[r] = min(hits)
+                    texts[r] = texts[r][:at]
+                elif len(gen[r]) >= max_new_tokens:
+                    finish[r] = "length"
+            if hook is None and None not in finish:
+                break
+            feed = [[gen[r][-1] if finish[r] is None else eos] for r in range(n)]   # an ended row: EOS
+            out = model(input_ids=torch.tensor(feed, device=model.device), past_key_values=past, use_cache=True)
+            past, logits = out.past_key_values, out.logits[:, -1].float()
+    finally:
+        if hook is not None:
+            hook.remove()
+    return [Generation(texts[r], gen[r], lps[r], finish[r], hidden[r], [tok.decode([t]) for t in gen[r]])
+            for r in range(n)]
 
 
 def _draw(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
@@ -553,104 +326,25 @@ def _draw(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
     return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(logits.device)
 
 
-@torch.inference_mode()
-def _decode(model, tok, logits, past, mask, next_pos, *, sampled: torch.Tensor, max_new_tokens: int,
-            stop: tuple[str, ...], temperature: float, top_k: int, top_p: float,
-            generators: list | None, hidden_module, prompt_ids: list[list[int]] | None = None) -> list[Generation]:
-    """Batched decoding from a filled KV cache; row r samples if sampled[r] else decodes greedily,
-    drawing from generators[r] (the rows of one prompt share theirs, so they draw what they would alone).
 
-    A row ends at EOS, at a stop string or after max_new_tokens. With a hidden_module, the row's
-    last token is then replaced by EOS and fed once more, and the module's output at that position
-    is kept: the official SeaKR code (modified vLLM stop checker) does exactly this, so the state
-    read is that of prompt + generated[:-1] + [EOS]. The extra step rides along with the other
-    rows' next step, so it costs no separate forward pass.
 
-    With prompt_ids (greedy calls), each row's cache is kept when it finishes (_keep_rows): the next
-    call may continue the conversation (a prompt that starts with this prompt and its answer).
-    """
-    n = logits.shape[0]
-    ends = eos_ids(model, tok)
-    eos = tok.eos_token_id
-    gen = [[] for _ in range(n)]
-    lps = [[] for _ in range(n)]
-    texts = [""] * n
-    finish = [None] * n
-    hidden = [None] * n
-    alive = list(range(n))       # original row index of each row still in the cache
-    captured = {}
-    hook = None
-    keep_rows = prompt_ids is not None and REUSE_PREFIX and all(type(l) is _BufferedLayer for l in past.layers)
+def check_context(model, prompt_tokens: int, max_new_tokens: int) -> None:
+    """InputError unless the prompt and its continuation fit in the model's context (a longer one
+    would be read at positions the model never saw, silently)."""
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit and prompt_tokens + max_new_tokens > limit:
+        raise InputError(f"prompt of {prompt_tokens} tokens + {max_new_tokens} new ones exceeds the model's "
+                         f"context of {limit} tokens; use a shorter question or fewer passages, or a model "
+                         "with a longer context")
 
-    def leave(js):   # rows j of the cache, finished: keep prompt + the tokens fed for them (not EOS)
-        if keep_rows:
-            _keep_rows(model, past, mask, [(j, prompt_ids[alive[j]] + (gen[alive[j]] if finish[alive[j]] == "eos"
-                                                                       else gen[alive[j]][:-1])) for j in js])
-    if hidden_module is not None:
-        hook = hidden_module.register_forward_hook(
-            lambda m, i, o: captured.__setitem__("h", (o[0] if isinstance(o, tuple) else o)[:, -1]))
-    try:
-        for step in range(max_new_tokens + 1):
-            if step > 0 and hidden_module is not None:
-                for j, r in enumerate(alive):
-                    if finish[r] is not None and hidden[r] is None:
-                        hidden[r] = captured["h"][j].float().cpu()
-            # rows that finished on the previous step leave the cache now
-            keep = [j for j, r in enumerate(alive) if finish[r] is None]
-            if not keep:
-                break
-            if len(keep) < len(alive):
-                leave([j for j in range(len(alive)) if j not in keep])
-                idx = torch.tensor(keep, device=logits.device)
-                past.batch_select_indices(idx)
-                logits, mask, next_pos = logits[idx], mask[idx], next_pos[idx]
-                alive = [alive[j] for j in keep]
-            logp = torch.log_softmax(logits, dim=-1)
-            pick = logits.argmax(-1)
-            drawing = [j for j, r in enumerate(alive) if sampled[r]]
-            for source in dict.fromkeys(generators[alive[j]] for j in drawing):   # in row order
-                js = [j for j in drawing if generators[alive[j]] is source]
-                pick[js] = _draw(logits[js], temperature, top_k, top_p, source)
-            feed = pick.clone()
-            picks, chosen = pick.tolist(), logp.gather(-1, pick[:, None]).squeeze(-1).tolist()
-            going = []
-            for j, r in enumerate(alive):
-                if picks[j] in ends:
-                    finish[r], feed[j] = "eos", eos
-                else:
-                    gen[r].append(picks[j])
-                    lps[r].append(chosen[j])
-                    going.append(j)
-            # one call into the tokenizer for all rows; only the stop-string search is per row
-            decoded = tok.batch_decode([gen[alive[j]] for j in going], skip_special_tokens=True)
-            for j, text in zip(going, decoded):
-                r = alive[j]
-                texts[r] = text
-                hits = [(text.find(s), s) for s in stop if s in text]
-                if hits:
-                    at, s = min(hits)
-                    texts[r], finish[r] = text[:at], s
-                elif len(gen[r]) >= max_new_tokens:
-                    finish[r] = "length"
-                if finish[r] is not None:
-                    feed[j] = eos
-            if hidden_module is None and all(finish[r] is not None for r in alive):
-                break
-            mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=-1)
-            logits, past = _forward(model, feed[:, None], mask, next_pos[:, None], past)
-            next_pos = next_pos + 1
-        leave(range(len(alive)))
-    finally:
-        if hook is not None:
-            hook.remove()
-    return [Generation(texts[r], gen[r], lps[r], finish[r], hidden[r],
-                       [tok.decode([t]) for t in gen[r]]) for r in range(n)]
 
+# ----------------------------------------------------------------------------------------------
+# Generation: the entry points the methods call (the fast path; --plain: the reference)
 
 def greedy(model, tok, prompts: str | list[int] | list, max_new_tokens: int = 64, stop: tuple[str, ...] = (),
            hidden_module=None):
     """Greedy continuation of one prompt (returns a Generation) or a batch (returns a list). A prompt
-    is a text or a list of token ids (see encode).
+    is a text or a list of token ids (see encode). Each row is what reference() gives for it.
 
     The batch is left-padded and decoded together; each row gives the same text as decoding it alone.
     """
@@ -658,12 +352,18 @@ def greedy(model, tok, prompts: str | list[int] | list, max_new_tokens: int = 64
     batch = [prompts] if single else list(prompts)
     if not batch:
         return []
+    if PLAIN:
+        outs = [reference(model, tok, p, max_new_tokens=max_new_tokens, stop=tuple(stop),
+                          hidden_module=hidden_module)[0] for p in batch]
+        return outs[0] if single else outs
     if len(batch) > 1 and not BATCH:
         return [greedy(model, tok, p, max_new_tokens, stop, hidden_module) for p in batch]
     ids = [encode(tok, p) for p in batch]
+    for row in ids:
+        check_context(model, len(row), max_new_tokens)
     logits, past, mask, pos = _prefill(model, tok, ids)
     _ROWS.pop(_cache_key(model), None)   # only the last greedy call's rows are kept
-    past = _for_decoding(past, len(batch), max_new_tokens + 1)
+    past = _for_decoding(model, past, len(batch), max_new_tokens + 1)
     outs = _decode(model, tok, logits, past, mask, pos, sampled=torch.zeros(len(batch), dtype=torch.bool),
                    max_new_tokens=max_new_tokens, stop=tuple(stop), temperature=1.0, top_k=0, top_p=1.0,
                    generators=None, hidden_module=hidden_module, prompt_ids=ids)
@@ -673,10 +373,9 @@ def greedy(model, tok, prompts: str | list[int] | list, max_new_tokens: int = 64
 def sample(model, tok, prompt: str, k: int, *, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
            max_new_tokens: int = 64, stop: tuple[str, ...] = (), seed: int = 0, hidden_module=None,
            with_greedy: bool = False) -> list[Generation]:
-    """k sampled continuations of one prompt from ONE prefill, decoded as one batch whose rows share
-    one copy of the prompt's KV cache.
-
-    with_greedy=True adds the greedy continuation as row 0 (k+1 rows, still one prefill): SeaKR's
+    """k sampled continuations of one prompt (with_greedy=True: the greedy one first, k+1 rows): what
+    reference() computes, including each row's hidden state at its final (EOS) position, here from
+    ONE prefill decoded as one batch whose rows share one copy of the prompt's KV cache. SeaKR's
     every model call needs both. The draws are repeatable for a given seed.
     """
     return sample_many(model, tok, [prompt], k, seeds=[seed], temperature=temperature, top_k=top_k,
@@ -691,14 +390,19 @@ def sample_many(model, tok, prompts: list[str], k: int, *, seeds: list[int], tem
     prefilled together (their shared head once), each gets its k (+1) rows, and each prompt's rows
     draw from a generator seeded with its own seed, so every prompt gets the texts a call of its own
     would give. With BATCH off, the prompts go one by one."""
+    kw = dict(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens,
+              stop=tuple(stop), hidden_module=hidden_module, with_greedy=with_greedy)
+    if PLAIN:
+        return [reference(model, tok, p, k, seed=s, **kw) for p, s in zip(prompts, seeds)]
     if len(prompts) > 1 and not BATCH:
-        return [sample_many(model, tok, [p], k, seeds=[s], temperature=temperature, top_k=top_k, top_p=top_p,
-                            max_new_tokens=max_new_tokens, stop=stop, hidden_module=hidden_module,
-                            with_greedy=with_greedy)[0] for p, s in zip(prompts, seeds)]
-    logits, past, mask, pos = _prefill(model, tok, [encode(tok, p) for p in prompts])
+        return [sample_many(model, tok, [p], k, seeds=[s], **kw)[0] for p, s in zip(prompts, seeds)]
+    ids = [encode(tok, p) for p in prompts]
+    for row in ids:
+        check_context(model, len(row), max_new_tokens)
+    logits, past, mask, pos = _prefill(model, tok, ids)
     per = k + int(with_greedy)
     rows = per * len(prompts)
-    past = _for_decoding(past, rows, max_new_tokens + 1, shared_prompt=SHARE_PROMPT)
+    past = _for_decoding(model, past, rows, max_new_tokens + 1, shared_prompt=SHARE_PROMPT)
     sampled = torch.ones(rows, dtype=torch.bool)
     if with_greedy:
         sampled[::per] = False
@@ -1223,8 +927,8 @@ def add_common_args(parser: argparse.ArgumentParser, dataset: str = "hotpotqa") 
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
     parser.add_argument("--plain", action="store_true",
-                        help="no prefix cache and no batching: every model call is prefilled and decoded "
-                             "alone (the reference path of benchmarks/bench_methods.py; same outputs, slower)")
+                        help="decode every model call with common.reference (a plain loop over transformers' "
+                             "own cache; no prefix cache, no batching): same outputs, slower")
 
 
 def load_questions(args) -> list[dict]:
@@ -1268,9 +972,9 @@ def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
     """
     import eval as metrics
     from tqdm import tqdm
-    global REUSE_PREFIX, BATCH
+    global PLAIN, REUSE_PREFIX, BATCH
     if getattr(args, "plain", False):
-        REUSE_PREFIX = BATCH = False
+        PLAIN, REUSE_PREFIX, BATCH = True, False, False    # REUSE_PREFIX: CtrlA's monitor cache too
     records = load_questions(args) if records is None else records
     skip = getattr(args, "skip", 0) or 0
     if skip < 0 or (records and skip >= len(records)):
@@ -1328,3 +1032,410 @@ def main_guard(main) -> None:
         print("interrupted: finished questions are saved; run the same command again to resume",
               file=sys.stderr)
         sys.exit(130)
+
+
+# ----------------------------------------------------------------------------------------------
+# Speed machinery
+# ----------------------------------------------------------------------------------------------
+# Nothing a method means lives here: greedy(), sample() and sample_many() above route their work
+# through these functions to give what reference() gives, faster (benchmarks/bench_sampling.py).
+# How: a prompt's prefix KV cache is kept and reused across calls (_prefill, _LAST, _ROWS);
+# independent prompts are decoded as one left-padded batch; k samples of one prompt read one shared
+# copy of its KV cache (_SharedPromptLayer, attended to by _sdpa_grouped); decoding writes into
+# preallocated buffers (_BufferedLayer); rows that finish leave the batch (_decode).
+
+def _forward(model, ids, mask, positions, past):
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                past_key_values=past, use_cache=True, logits_to_keep=1)
+    return out.logits[:, -1, :].float(), out.past_key_values
+
+
+# Reuse of cached prompt prefixes (the few-shot examples, the chat template's head, the question,
+# earlier steps): a single prompt that shares its start with one of the last PREFIX_SLOTS single
+# prompts starts from that prompt's KV cache and pays only for its new tokens. Several slots let calls
+# that alternate between prompt families (a step prompt, then a query prompt, ...) each find theirs.
+# REUSE_PREFIX = False (and BATCH = False: independent prompts one by one) turn them off.
+REUSE_PREFIX = True
+BATCH = True
+SHARE_PROMPT = True      # k samples read one shared copy of their prompt's KV cache (_SharedPromptLayer)
+MIN_SHARED = 16          # shorter shared prefixes are not worth a cache fork
+PREFIX_SLOTS = 4         # prompts kept per model, most recent first (about 46 KB a token for SmolLM2-135M)
+_LAST = {}               # (model id, active steering) -> [(token ids, KV cache)] of recent prefills
+ROW_CACHE_BYTES = 2 ** 30  # the rows of the last greedy call kept, up to this size (a conversation's next turn)
+_ROWS = {}               # (model id, active steering) -> [(token ids, one-row KV cache)] of the last greedy call
+_STEERING = []           # (module id, digest of the vector) of each add_to_output in force
+
+
+def _cache_key(model) -> tuple:
+    """Cached prefixes and kept rows are per model and per set of active steering vectors."""
+    return id(model), tuple(sorted(_STEERING))
+
+
+def _fork(cache):
+    """A second handle on a KV cache. Cache updates rebind their tensors (torch.cat, indexing,
+    slicing) and never write into them, so sharing the tensors is safe and copies nothing.
+    (_BufferedLayer writes in place, but only into a buffer of its own, past the shared tokens.)"""
+    twin = copy.copy(cache)
+    twin.layers = [copy.copy(layer) for layer in cache.layers]
+    return twin
+
+
+class _BufferedLayer(DynamicLayer):
+    """A decoding cache layer with room for the tokens still to come.
+
+    DynamicLayer appends with torch.cat, which copies every cached token (the whole prompt, once per
+    row) at every step. Here keys and values are views of buffers allocated once, with the prompt
+    copied into each row (the only copy), and a step writes its own slot. Rows that finish leave with
+    batch_select_indices, as before.
+    """
+
+    def __init__(self, layer: DynamicLayer, rows: int, room: int):
+        super().__init__()
+        b, heads, n, dim = layer.keys.shape
+        self.dtype, self.device, self.is_initialized = layer.keys.dtype, layer.keys.device, True
+        self._k = layer.keys.new_empty(rows, heads, n + room, dim)
+        self._v = layer.values.new_empty(rows, heads, n + room, layer.values.shape[-1])
+        # prompt i fills rows i * per ... (i + 1) * per - 1 (a one-prompt cache: all rows)
+        self._k.view(b, rows // b, heads, n + room, dim)[:, :, :, :n] = layer.keys[:, None]
+        self._v.view(b, rows // b, heads, n + room, -1)[:, :, :, :n] = layer.values[:, None]
+        self._n = n
+        self._views()
+
+    def _views(self):
+        self.keys, self.values = self._k[:, :, :self._n], self._v[:, :, :self._n]
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        new = key_states.shape[-2]
+        if self._n + new > self._k.shape[-2]:      # out of room: grow (not reached when room is enough)
+            more = max(self._n + new, 2 * self._k.shape[-2]) - self._k.shape[-2]
+            self._k = torch.cat([self._k, self._k.new_empty(*self._k.shape[:2], more, self._k.shape[-1])], -2)
+            self._v = torch.cat([self._v, self._v.new_empty(*self._v.shape[:2], more, self._v.shape[-1])], -2)
+        self._k[:, :, self._n:self._n + new] = key_states
+        self._v[:, :, self._n:self._n + new] = value_states
+        self._n += new
+        self._views()
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices):
+        """Keep the rows `indices` (increasing), moved up in place: indexing would build a second
+        buffer while the first is still alive (the peak memory of k samples would double)."""
+        for new, old in enumerate(indices.tolist()):
+            if new != old:                     # old >= new: a row is read before it is overwritten
+                self._k[new].copy_(self._k[old])
+                self._v[new].copy_(self._v[old])
+        self._k, self._v = self._k[:len(indices)], self._v[:len(indices)]
+        self._views()
+
+    def crop(self, tokens_to_remove):
+        raise NotImplementedError("a decoding cache is not cropped")
+
+
+class _SharedPromptLayer(_BufferedLayer):
+    """k samples of one prompt: the prompt's keys and values stay ONE copy, shared by every row; the
+    buffers hold only each row's own new tokens.
+
+    subtle: the attention function must know to look at the prompt too. update() returns the rows'
+    own keys with the prompt's keys and values attached as the attribute `shared_prompt`, and
+    _sdpa_grouped attends over [shared prompt, own tokens] in one softmax (_attend_shared_prompt).
+    """
+
+    def __init__(self, layer: DynamicLayer, rows: int, room: int):
+        DynamicLayer.__init__(self)
+        b, heads, self._p, dim = layer.keys.shape
+        self.group = torch.arange(b, device=layer.keys.device).repeat_interleave(rows // b)  # row -> prompt
+        self.prompt = (layer.keys, layer.values)
+        self.dtype, self.device, self.is_initialized = layer.keys.dtype, layer.keys.device, True
+        self._k = layer.keys.new_empty(rows, heads, room, dim)
+        self._v = layer.values.new_empty(rows, heads, room, layer.values.shape[-1])
+        self._n = 0
+        self._views()
+
+    def _views(self):
+        super()._views()
+        self.keys.shared_prompt = self.prompt + (self.group,)
+
+    def batch_select_indices(self, indices):
+        super().batch_select_indices(indices)
+        self.group = self.group[indices]
+        self._views()
+
+    def get_seq_length(self) -> int:
+        return self._p + self._n
+
+
+def _attend_shared_prompt(query, keys, values, prompt, mask, scaling):
+    """softmax(q [P-keys, own keys]^T * scaling) [P-values; own values] for R rows that share their
+    first P positions, reading the shared ones once for all rows: query [R, heads, q, d], own
+    keys/values [R, kv_heads, n, d], prompt keys/values [1, kv_heads, P, d]; returns [R, q, heads, d]
+    like transformers' attention functions. A grouped kv head serves heads // kv_heads query heads.
+    With several prompts (prompt keys [b, ...]), `group` names each row's prompt and each prompt's
+    rows are attended to together."""
+    pk, pv, group = prompt
+    if pk.shape[0] > 1:
+        out = query.new_empty(query.shape[0], query.shape[2], query.shape[1], query.shape[3])
+        for g in group.unique().tolist():
+            idx = (group == g).nonzero().squeeze(1)
+            out[idx] = _attend_shared_prompt(query[idx], keys[idx], values[idx], (pk[g:g + 1], pv[g:g + 1], None),
+                                             None if mask is None else mask[idx], scaling)
+        return out
+    rows, heads, q_len, dim = query.shape
+    kv_heads, prompt_len = pk.shape[1], pk.shape[2]
+    q = query.reshape(rows, kv_heads, heads // kv_heads * q_len, dim)     # [R, G, per*q, d]
+    # prompt part: one matmul per kv head over all rows' queries
+    q_all = q.transpose(0, 1).reshape(kv_heads, -1, dim)                 # [G, R*per*q, d]
+    s_prompt = (q_all @ pk[0].transpose(-1, -2)).view(kv_heads, rows, -1, prompt_len).transpose(0, 1)
+    s_own = q @ keys.transpose(-1, -2)                                   # [R, G, per*q, n]
+    scores = torch.cat([s_prompt, s_own], dim=-1) * (scaling if scaling is not None else dim ** -0.5)
+    if mask is not None:                                                 # [R, 1, q, P + n]
+        m = mask[:, :, None].expand(rows, 1, heads // kv_heads, q_len, mask.shape[-1])
+        m = m.reshape(rows, 1, -1, mask.shape[-1])
+        scores = scores.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else scores + m
+    w = scores.float().softmax(-1).to(query.dtype)    # in float32, as transformers' eager attention
+    w_prompt = w[..., :prompt_len].transpose(0, 1).reshape(kv_heads, -1, prompt_len)
+    out = (w_prompt @ pv[0]).view(kv_heads, rows, -1, dim).transpose(0, 1) + w[..., prompt_len:] @ values
+    return out.reshape(rows, heads, q_len, dim).transpose(1, 2).contiguous()
+
+
+def _for_decoding(model, cache, rows: int, room: int, shared_prompt: bool = False):
+    """The prefill cache ready for decoding `rows` rows and up to `room` more tokens. shared_prompt:
+    the rows continue one prompt (k samples), which then stays one copy (_SharedPromptLayer).
+    Sliding-window layers (Gemma 3) keep their own update, one prompt copy per row.
+
+    subtle: only _sdpa_grouped knows that a _SharedPromptLayer's keys miss the prompt; any other
+    attention function (a model loaded with "eager" or "flash_attention_2") would attend without the
+    prompt and decode nonsense, silently. Such a model gets one prompt copy per row instead."""
+    shared_prompt = shared_prompt and model.config._attn_implementation == "sdpa_grouped"
+    make = _SharedPromptLayer if shared_prompt and rows > 1 else _BufferedLayer
+    cache.layers = [make(layer, rows, room) if type(layer) is DynamicLayer
+                    else _repeated(layer, rows) for layer in cache.layers]
+    return cache
+
+
+def _repeated(layer, rows):
+    if layer.keys is not None and layer.keys.shape[0] != rows:
+        layer.batch_repeat_interleave(rows // layer.keys.shape[0])
+    return layer
+
+
+def _shared_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@torch.no_grad()  # subtle: without it the prefill's activation graph lives as long as its cache
+def _prefill(model, tok, rows: list[list[int]]):
+    """Forward pass over prompts given as token ids: (last logits, KV cache, attention mask, next positions).
+
+    One prompt starts from the cached prompt (of the last PREFIX_SLOTS) or the kept row of the last
+    greedy call (_ROWS) it shares the most leading tokens with, if at least MIN_SHARED. Several prompts
+    are decoded as a batch, left-padded, and start from whichever saves more: each row from the kept
+    row it continues (a conversation's next turn: _stitched_rows), or the head they all share (a chat
+    template's system turn, few-shot examples, a question), prefilled once through the one-prompt path
+    and its cache. Sliding-window caches (Gemma 3) are never cropped, so they always start afresh.
+    """
+    if len(rows) == 1:
+        return _prefill_one(model, rows[0])
+    dev = model.device
+    head = min(min(_shared_prefix(rows[0], r) for r in rows[1:]), min(len(r) for r in rows) - 1)
+    stitched = _stitched_rows(model, rows, beat=(head if head >= MIN_SHARED else 0) * len(rows)) \
+        if REUSE_PREFIX else None
+    if stitched is not None:
+        cached, past = stitched
+    else:
+        cached, past = [0] * len(rows), None
+        if REUSE_PREFIX and head >= MIN_SHARED:
+            _, past, _, _ = _prefill_one(model, rows[0][:head])
+            if any(past.is_sliding):
+                past = None
+            else:
+                cached = [head] * len(rows)
+                past.batch_repeat_interleave(len(rows))
+    width_cached = max(cached)
+    tails = [r[c:] for r, c in zip(rows, cached)]
+    width = max(len(t) for t in tails)
+    ids = torch.tensor([[tok.pad_token_id] * (width - len(t)) + t for t in tails], device=dev)
+    tail_mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for t in tails], device=dev)
+    head_mask = torch.tensor([[0] * (width_cached - c) + [1] * c for c in cached], device=dev, dtype=torch.long)
+    mask = torch.cat([head_mask, tail_mask], dim=-1)
+    positions = torch.tensor(cached, device=dev)[:, None] + (tail_mask.cumsum(-1) - 1).clamp(min=0)
+    logits, past = _forward(model, ids, mask, positions, past)
+    return logits, past, mask, positions[:, -1] + 1
+
+
+def _stitched_rows(model, rows: list[list[int]], beat: int = 0):
+    """Each prompt's KV cache taken from the kept row (of the last greedy call) it continues, for a
+    batch whose rows then feed the same number of new tokens T: row i keeps its first len_i - T
+    tokens (at most what it shares with its kept row), left-padded. Returns (cached tokens per row,
+    cache), or None when that saves no more than `beat` tokens (then nothing is built)."""
+    kept = _ROWS.get(_cache_key(model), [])
+    if not kept:
+        return None
+    best = []
+    for ids in rows:
+        shared = [min(_shared_prefix(ids, k[0]), len(ids) - 1) for k in kept]
+        j = max(range(len(kept)), key=shared.__getitem__)
+        best.append((shared[j], kept[j][1]) if shared[j] >= MIN_SHARED else (0, None))
+    feed = max(len(ids) - n for ids, (n, _) in zip(rows, best))
+    cached = [max(0, len(ids) - feed) for ids in rows]
+    if sum(cached) <= beat:
+        return None
+    width = max(cached)
+    template = next(c for _, c in best if c is not None)
+    past = _fork(template)
+    for li, layer in enumerate(past.layers):
+        ref = template.layers[li]
+        parts_k, parts_v = [], []
+        for c, (_, row) in zip(cached, best):
+            k = ref.keys.new_zeros(1, ref.keys.shape[1], width, ref.keys.shape[-1])
+            v = ref.values.new_zeros(1, ref.values.shape[1], width, ref.values.shape[-1])
+            if c:
+                k[:, :, width - c:] = row.layers[li].keys[:, :, :c]
+                v[:, :, width - c:] = row.layers[li].values[:, :, :c]
+            parts_k.append(k)
+            parts_v.append(v)
+        layer.keys, layer.values = torch.cat(parts_k), torch.cat(parts_v)
+    return cached, past
+
+
+def _keep_rows(model, past, mask, rows: list[tuple[int, list[int]]]) -> None:
+    """Keep rows of a greedy batch's decoding cache for the next call (row j of the cache holds `ids`
+    at its unmasked positions, first to last), up to ROW_CACHE_BYTES in all."""
+    store = _ROWS.setdefault(_cache_key(model), [])
+    used = sum(_cache_bytes(c) for _, c in store)
+    per_token = _cache_bytes(past) // max(1, past.layers[0].keys.shape[0] * past.layers[0].keys.shape[-2])
+    for j, ids in rows:
+        if used + per_token * len(ids) > ROW_CACHE_BYTES:
+            return
+        used += per_token * len(ids)
+        real = mask[j].nonzero().squeeze(1)[:len(ids)]
+        row = copy.copy(past)
+        row.layers = []
+        for layer in past.layers:
+            one = DynamicLayer()
+            one.lazy_initialization(layer.keys, layer.values)
+            one.keys, one.values = layer.keys[j:j + 1, :, real], layer.values[j:j + 1, :, real]  # copies
+            row.layers.append(one)
+        store.append((ids, row))
+
+
+def _cache_bytes(cache) -> int:
+    return sum(l.keys.numel() * l.keys.element_size() + l.values.numel() * l.values.element_size()
+               for l in cache.layers)
+
+
+def _prefill_one(model, ids: list[int]):
+    dev = model.device
+    key = _cache_key(model)
+    slots = _LAST.setdefault(key, [])
+    keep, past = 0, None
+    candidates = slots + _ROWS.get(key, [])
+    if REUSE_PREFIX and candidates:
+        shared = [min(_shared_prefix(ids, s[0]), len(ids) - 1) for s in candidates]
+        best = max(range(len(candidates)), key=shared.__getitem__)
+        cache = candidates[best][1]
+        if shared[best] >= MIN_SHARED and not any(cache.is_sliding):
+            keep, past = shared[best], _fork(cache)
+            past.crop(keep - past.get_seq_length())
+    mask = torch.ones(1, len(ids), dtype=torch.long, device=dev)
+    positions = torch.arange(keep, len(ids), device=dev)[None]
+    logits, past = _forward(model, torch.tensor([ids[keep:]], device=dev), mask, positions, past)
+    slots[:] = [(ids, _fork(past))] + [s for s in slots if s[0] != ids][:PREFIX_SLOTS - 1]
+    return logits, past, mask, torch.tensor([len(ids)], device=dev)
+
+
+@torch.inference_mode()
+def _decode(model, tok, logits, past, mask, next_pos, *, sampled: torch.Tensor, max_new_tokens: int,
+            stop: tuple[str, ...], temperature: float, top_k: int, top_p: float,
+            generators: list | None, hidden_module, prompt_ids: list[list[int]] | None = None) -> list[Generation]:
+    """Batched decoding from a filled KV cache; row r samples if sampled[r] else decodes greedily,
+    drawing from generators[r] (the rows of one prompt share theirs, so they draw what they would alone).
+
+    A row ends at EOS, at a stop string or after max_new_tokens. With a hidden_module, the row's
+    last token is then replaced by EOS and fed once more, and the module's output at that position
+    is kept: the official SeaKR code (modified vLLM stop checker) does exactly this, so the state
+    read is that of prompt + generated[:-1] + [EOS]. The extra step rides along with the other
+    rows' next step, so it costs no separate forward pass.
+
+    With prompt_ids (greedy calls), each row's cache is kept when it finishes (_keep_rows): the next
+    call may continue the conversation (a prompt that starts with this prompt and its answer).
+    """
+    n = logits.shape[0]
+    ends = eos_ids(model, tok)
+    eos = tok.eos_token_id
+    gen = [[] for _ in range(n)]
+    lps = [[] for _ in range(n)]
+    texts = [""] * n
+    finish = [None] * n
+    hidden = [None] * n
+    alive = list(range(n))       # original row index of each row still in the cache
+    captured = {}
+    hook = None
+    keep_rows = prompt_ids is not None and REUSE_PREFIX and all(type(l) is _BufferedLayer for l in past.layers)
+
+    def leave(js):   # rows j of the cache, finished: keep prompt + the tokens fed for them (not EOS)
+        if keep_rows:
+            _keep_rows(model, past, mask, [(j, prompt_ids[alive[j]] + (gen[alive[j]] if finish[alive[j]] == "eos"
+                                                                       else gen[alive[j]][:-1])) for j in js])
+    if hidden_module is not None:
+        hook = hidden_module.register_forward_hook(
+            lambda m, i, o: captured.__setitem__("h", (o[0] if isinstance(o, tuple) else o)[:, -1]))
+    try:
+        for step in range(max_new_tokens + 1):
+            if step > 0 and hidden_module is not None:
+                for j, r in enumerate(alive):
+                    if finish[r] is not None and hidden[r] is None:
+                        hidden[r] = captured["h"][j].float().cpu()
+            # rows that finished on the previous step leave the cache now
+            keep = [j for j, r in enumerate(alive) if finish[r] is None]
+            if not keep:
+                break
+            if len(keep) < len(alive):
+                leave([j for j in range(len(alive)) if j not in keep])
+                idx = torch.tensor(keep, device=logits.device)
+                past.batch_select_indices(idx)
+                logits, mask, next_pos = logits[idx], mask[idx], next_pos[idx]
+                alive = [alive[j] for j in keep]
+            logp = torch.log_softmax(logits, dim=-1)
+            pick = logits.argmax(-1)
+            drawing = [j for j, r in enumerate(alive) if sampled[r]]
+            for source in dict.fromkeys(generators[alive[j]] for j in drawing):   # in row order
+                js = [j for j in drawing if generators[alive[j]] is source]
+                pick[js] = _draw(logits[js], temperature, top_k, top_p, source)
+            feed = pick.clone()
+            picks, chosen = pick.tolist(), logp.gather(-1, pick[:, None]).squeeze(-1).tolist()
+            going = []
+            for j, r in enumerate(alive):
+                if picks[j] in ends:
+                    finish[r], feed[j] = "eos", eos
+                else:
+                    gen[r].append(picks[j])
+                    lps[r].append(chosen[j])
+                    going.append(j)
+            # one call into the tokenizer for all rows; only the stop-string search is per row
+            decoded = tok.batch_decode([gen[alive[j]] for j in going], skip_special_tokens=True)
+            for j, text in zip(going, decoded):
+                r = alive[j]
+                texts[r] = text
+                hits = [(text.find(s), s) for s in stop if s in text]
+                if hits:
+                    at, s = min(hits)
+                    texts[r], finish[r] = text[:at], s
+                elif len(gen[r]) >= max_new_tokens:
+                    finish[r] = "length"
+                if finish[r] is not None:
+                    feed[j] = eos
+            if hidden_module is None and all(finish[r] is not None for r in alive):
+                break
+            mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=-1)
+            logits, past = _forward(model, feed[:, None], mask, next_pos[:, None], past)
+            next_pos = next_pos + 1
+        leave(range(len(alive)))
+    finally:
+        if hook is not None:
+            hook.remove()
+    return [Generation(texts[r], gen[r], lps[r], finish[r], hidden[r],
+                       [tok.decode([t]) for t in gen[r]]) for r in range(n)]

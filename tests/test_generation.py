@@ -453,3 +453,104 @@ def test_trailing_space_is_a_lone_token_on_both_tokenizer_kinds(real_tok):
     without = real_tok("Answer:", add_special_tokens=False)["input_ids"]
     assert with_space[:-1] == without and real_tok.decode(with_space[-1:]).strip() == ""
     assert common.encode(real_tok, "Answer: ") == common.encode(real_tok, "Answer:")
+
+
+# ----------------------------------------------------------------------------------------------
+# The fast path against the reference (common.reference: a plain loop over transformers' own cache)
+
+def assert_same(fast, ref, atol=1e-5):
+    """Same texts, tokens and ends; log-probabilities and hidden states equal up to float rounding."""
+    assert [(g.text, g.token_ids, g.finish) for g in fast] == [(g.text, g.token_ids, g.finish) for g in ref]
+    for f, r in zip(fast, ref):
+        assert f.logprobs == pytest.approx(r.logprobs, abs=atol)
+        assert (f.hidden is None) == (r.hidden is None)
+        if f.hidden is not None:
+            assert torch.allclose(f.hidden, r.hidden, atol=atol)
+
+
+def test_fast_path_equals_the_reference(tiny_real):
+    """greedy (alone and batched), sample and sample_many give what reference() gives, with each
+    row's hidden state at its final EOS-substituted position, on both tokenizer kinds."""
+    model, tok = tiny_real
+    mlp = common.decoder_layers(model)[1].mlp
+    common.forget_prefix()
+    head = "Question: Who directed the film Laughter In Hell? Answer: The film"
+    prompts = [head + " Laughter", head + " was directed by", "What is the capital of France?"]
+    kw = dict(max_new_tokens=10, stop=("e", "o"), hidden_module=mlp)
+    ref = [common.reference(model, tok, p, **kw)[0] for p in prompts]
+    assert_same([common.greedy(model, tok, p, **kw) for p in prompts], ref)
+    assert_same(common.greedy(model, tok, prompts, **kw), ref)                  # one batch
+    skw = dict(kw, top_k=30, top_p=0.9, temperature=1.3, with_greedy=True)
+    ref_s = [common.reference(model, tok, p, 5, seed=s, **skw) for p, s in zip(prompts, [3, 4, 5])]
+    assert ref_s[0][0].token_ids == ref[0].token_ids                          # row 0 is greedy
+    assert len({tuple(g.token_ids) for g in ref_s[0]}) > 2                      # the rows differ
+    assert len({len(g.token_ids) for g in ref_s[0] + ref_s[1]}) > 1             # and end at different steps
+    assert_same(common.sample(model, tok, prompts[0], 5, seed=3, **skw), ref_s[0])
+    for fast, r in zip(common.sample_many(model, tok, prompts, 5, seeds=[3, 4, 5], **skw), ref_s):
+        assert_same(fast, r)
+
+
+def test_reference_reads_the_hidden_state_at_the_substituted_eos(tiny_real):
+    model, tok = tiny_real
+    mlp = common.decoder_layers(model)[0].mlp
+    prompt = "Question: What is the capital of France? Answer:"
+    ids = common.encode(tok, prompt)
+    for g in common.reference(model, tok, prompt, 3, max_new_tokens=6, seed=1, hidden_module=mlp, stop=("a",)):
+        last = g.token_ids if g.finish == "eos" else g.token_ids[:-1]
+        with common.record_output(mlp) as outs, torch.no_grad():
+            model(torch.tensor([ids + last + [tok.eos_token_id]]))
+        assert torch.allclose(g.hidden, outs[0][0, -1].float(), atol=1e-5)
+        assert g.logprobs == pytest.approx(
+            [float(full_logprobs(model, ids + g.token_ids[:i])[-1, t]) for i, t in enumerate(g.token_ids)], abs=1e-4)
+
+
+def test_plain_runs_the_reference(tiny, monkeypatch):
+    model, tok = tiny
+    monkeypatch.setattr(common, "PLAIN", True)
+    monkeypatch.setattr(common, "_prefill", lambda *a: pytest.fail("--plain used the fast path"))
+    mlp = common.decoder_layers(model)[1].mlp
+    g = common.greedy(model, tok, ["Question: abc", "xyz"], max_new_tokens=6, hidden_module=mlp)
+    assert_same(g, [common.reference(model, tok, p, max_new_tokens=6, hidden_module=mlp)[0]
+                    for p in ["Question: abc", "xyz"]], atol=0)
+    s = common.sample_many(model, tok, ["ab", "cd"], 3, seeds=[1, 2], max_new_tokens=5, with_greedy=True)
+    assert [[x.token_ids for x in row] for row in s] == \
+        [[x.token_ids for x in common.reference(model, tok, p, 3, seed=sd, max_new_tokens=5)] for p, sd in
+         [("ab", 1), ("cd", 2)]]
+
+
+def test_samples_on_an_eager_attention_model_see_the_prompt(tiny_real):
+    """A model loaded with attn_implementation="eager" (or flash) never calls _sdpa_grouped, which alone
+    knows that shared-prompt rows keep the prompt aside: its samples must fall back to a prompt copy
+    per row and still equal the reference."""
+    from conftest import make_model
+    _, tok = tiny_real
+    model = make_model(len(tok))
+    model.config.eos_token_id = model.generation_config.eos_token_id = tok.eos_token_id
+    model.set_attn_implementation("eager")
+    mlp = common.decoder_layers(model)[1].mlp
+    prompt = "Question: What is the capital of France? Answer: Paris is the capital of"
+    kw = dict(max_new_tokens=8, seed=2, with_greedy=True, hidden_module=mlp, top_k=30)
+    assert_same(common.sample(model, tok, prompt, 4, **kw), common.reference(model, tok, prompt, 4, **kw))
+
+
+def test_a_prompt_longer_than_the_context_is_an_input_error(tiny):
+    model, tok = tiny                                 # max_position_embeddings = 512, one token a character
+    prompt = "x" * 500
+    for call in (lambda: common.greedy(model, tok, prompt, max_new_tokens=20),
+                 lambda: common.sample(model, tok, prompt, 2, max_new_tokens=20),
+                 lambda: common.reference(model, tok, prompt, max_new_tokens=20)):
+        with pytest.raises(common.InputError, match="prompt of 501 tokens \\+ 20 new ones exceeds the model's "
+                                                    "context of 512 tokens"):
+            call()
+    assert len(common.greedy(model, tok, prompt, max_new_tokens=11).token_ids) <= 11     # 512 fits
+
+
+@pytest.mark.slow
+def test_fast_path_equals_the_reference_on_smollm2():
+    model, tok = common.load_model("smollm2-135m")
+    mlp = common.decoder_layers(model)[len(common.decoder_layers(model)) // 2 - 1].mlp
+    prompt = common.chat_prompt(tok, "Who directed the film Laughter In Hell?")
+    kw = dict(max_new_tokens=16, stop=("\n",), hidden_module=mlp)
+    ref = common.reference(model, tok, prompt, 4, seed=7, with_greedy=True, **kw)
+    assert_same([common.greedy(model, tok, prompt, **kw)], ref[:1], atol=1e-4)
+    assert_same(common.sample(model, tok, prompt, 4, seed=7, with_greedy=True, **kw), ref, atol=1e-4)
