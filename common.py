@@ -642,10 +642,14 @@ def load_dataset(name_or_path, limit=None):
         if limit is not None and len(records) >= limit:
             break
         try:
-            records.extend(parse(row, kind))
+            parsed = parse(row, kind)
         except (KeyError, TypeError, AttributeError, IndexError) as e:
             raise InputError(f"{path}: record {i + 1} does not follow the {fmt} format of the "
                              f"first record ({type(e).__name__}: {e}); fix or remove it") from None
+        for r in parsed:   # an empty question would be answered from the prompt alone, silently
+            if not isinstance(r["question"], str) or not r["question"].strip():
+                raise InputError(f"{path}: record {i + 1} has an empty question; fix or remove it")
+        records.extend(parsed)
     records = records if limit is None else records[:limit]
     used = set()
     for i, r in enumerate(records):
@@ -922,7 +926,10 @@ def add_common_args(parser: argparse.ArgumentParser, dataset: str = "hotpotqa") 
                         help="leave out the first N of those (a shard: --limit 50 --skip 25 answers questions "
                              "26-50 with the ids, seeds and --corpus contexts pool of the whole run, so shard "
                              "outputs concatenate into the whole run's file)")
-    parser.add_argument("--output", help="JSONL file of per-question results (default: outputs/...)")
+    parser.add_argument("--output", help="JSONL file of per-question results (default: outputs/...); its "
+                        "settings go beside it (.settings.json) and a rerun resumes it only if they match")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start --output afresh instead of resuming it (its finished rows are deleted)")
     parser.add_argument("--seed", type=int, default=0, help="base seed; each question derives its own")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
@@ -933,6 +940,26 @@ def add_common_args(parser: argparse.ArgumentParser, dataset: str = "hotpotqa") 
 
 def load_questions(args) -> list[dict]:
     return load_dataset(args.data or args.dataset, limit=args.limit)
+
+
+def check_inputs(args) -> list[dict]:
+    """Check every input a run names before a model loads (a model takes seconds to minutes): the
+    question file (each record read, see load_dataset), a --corpus file and the --output path.
+    Returns the questions. InputError with a one-line message otherwise."""
+    records = load_questions(args)
+    corpus = getattr(args, "corpus", None)
+    if corpus not in (None, "demo", "contexts") and not Path(corpus).is_file():
+        raise InputError(f"--corpus {corpus}: no such file; pass demo, contexts or the path of a corpus file")
+    _check_writable(Path(args.output) if args.output else Path("outputs") / "x.jsonl")
+    return records
+
+
+def _check_writable(out: Path) -> None:
+    """InputError unless `out` can be created or appended to (nothing is created here)."""
+    where = out if out.exists() else next(p for p in out.parents if p.exists())
+    if out.is_dir() or not (out.exists() or where.is_dir()) or not os.access(where, os.W_OK):
+        raise InputError(f"cannot write {out} ({'a directory' if out.is_dir() else 'not writable'}); "
+                         "pass --output with a writable path")
 
 
 def load_retriever(args, records: list[dict]) -> "BM25":
@@ -962,34 +989,113 @@ def default_output(method: str, args) -> Path:
 
 
 GOLD_FIELDS = ("label", "best_answer", "correct_answers", "incorrect_answers")
+NOT_SETTINGS = ("limit", "skip", "output", "overwrite")   # which questions and where: not what a row holds
+HASH_LIMIT = 2 ** 28     # files up to 256 MiB are identified by content, larger ones by size and mtime
+
+
+def run_settings(args, code_file: str | None) -> dict:
+    """What decides every row of an output file: each command-line flag (its flag name -> value) but
+    NOT_SETTINGS, the code (sha256 of the method file and common.py) and the content of the question
+    file and of the corpus file."""
+    flags = {"--" + k.replace("_", "-"): v for k, v in sorted(vars(args).items()) if k not in NOT_SETTINGS}
+    data = args.data or (DATA_DIR / DATASETS[args.dataset] if args.dataset in DATASETS else args.dataset)
+    corpus = getattr(args, "corpus", None)
+    corpus = DATA_DIR / "corpus.jsonl" if corpus == "demo" else None if corpus in (None, "contexts") else corpus
+    settings = {**flags, "method code": f"{Path(code_file or '-').name}, {_file_id(code_file or '-')}",
+                "common.py code": _file_id(__file__), "question file": _file_id(data),
+                **({"corpus file": _file_id(corpus)} if corpus else {})}
+    return json.loads(json.dumps(settings, default=str))     # as the settings file will read back
+
+
+def _file_id(path) -> str:
+    path = Path(path)
+    if not path.is_file():
+        return "missing"
+    size = path.stat().st_size
+    if size > HASH_LIMIT:
+        return f"{size} bytes, mtime {path.stat().st_mtime_ns}"
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return f"{size} bytes, sha256 {digest.hexdigest()[:16]}"
+
+
+def _resume_check(out: Path, rows: int, settings: dict) -> None:
+    """Resume only the run that was asked for: InputError naming the first differing setting."""
+    fixes = "pass another --output, or --overwrite to start it afresh"
+    path = out.with_suffix(".settings.json")
+    if not path.exists():
+        raise InputError(f"{out} has {rows} finished questions but no {path.name} to check they are this "
+                         f"run's settings; {fixes}")
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot read ({e}); {fixes}") from None
+    for key in sorted(set(old) | set(settings)):
+        if old.get(key, "(unset)") != settings.get(key, "(unset)"):
+            raise InputError(f"{out} was made with {key} = {old.get(key, '(unset)')}, this run has "
+                             f"{settings.get(key, '(unset)')}; {fixes}")
+
+
+def _finish_last_line(out: Path) -> None:
+    """A row cut short by an interruption is dropped (and recomputed); a complete last row without its
+    newline gets one (the next row would otherwise be appended to its line)."""
+    data = out.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return
+    cut = data.rfind(b"\n") + 1
+    try:
+        json.loads(data[cut:])
+        out.write_bytes(data + b"\n")
+    except ValueError:
+        out.write_bytes(data[:cut])
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during run(): the message says what was saved and how to resume."""
 
 
 def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
     """Answer every question with solve(record) -> {prediction, retrievals, model_calls, trace}.
 
-    Writes one JSON line per question as soon as it is done; ids already in the output file are
-    skipped (resume); then prints and saves the summary (eval.summarize) next to the output.
+    Writes one JSON line per question as soon as it is done, and the run's settings (run_settings)
+    beside the output (<output>.settings.json). A rerun resumes: ids already in the output are
+    skipped, if the settings are the same (else InputError; --overwrite starts afresh). A question
+    whose solve raises InputError (e.g. a prompt longer than the model's context) is written as a
+    failed row (prediction "", "error": the message; scored as wrong) and counted. Then prints and
+    saves the summary (eval.summarize) next to the output.
     """
     import eval as metrics
     from tqdm import tqdm
     global PLAIN, REUSE_PREFIX, BATCH
     if getattr(args, "plain", False):
         PLAIN, REUSE_PREFIX, BATCH = True, False, False    # REUSE_PREFIX: CtrlA's monitor cache too
-    records = load_questions(args) if records is None else records
+    records = check_inputs(args) if records is None else records
     skip = getattr(args, "skip", 0) or 0
     if skip < 0 or (records and skip >= len(records)):
         raise InputError(f"--skip {skip}: {len(records)} questions are loaded; skip 0 to {len(records) - 1} of them")
     records = records[skip:]
     out = Path(args.output) if args.output else default_output(method, args)
+    _check_writable(out)
+    code = getattr(getattr(solve, "__code__", None), "co_filename", None) or \
+        getattr(sys.modules["__main__"], "__file__", None)
+    settings = run_settings(args, code)
     done = {}
+    if out.exists() and getattr(args, "overwrite", False):
+        out.unlink()
     if out.exists():
+        _finish_last_line(out)
         try:
             done = {row["id"]: row for row in metrics.read_rows(out)}
         except ValueError as e:
             raise InputError(str(e)) from None
+    if done:
+        _resume_check(out, len(done), settings)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         fh = open(out, "a", encoding="utf-8")
+        out.with_suffix(".settings.json").write_text(json.dumps(settings, indent=1) + "\n")
     except OSError as e:
         raise InputError(f"cannot write {out} ({e.strerror}); pass --output with a writable path") from None
     todo = [r for r in records if r["id"] not in done]
@@ -997,39 +1103,54 @@ def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
         print(f"resuming {out}: {len(records) - len(todo)} of {len(records)} questions already done",
               file=sys.stderr)
     with fh:
-        for rec in tqdm(todo, desc=method, unit="q", dynamic_ncols=True):
-            start = time.time()
-            try:
-                res = solve(rec)
-            except InputError as e:  # e.g. a question longer than the model's context: skip it
-                tqdm.write(f"skipped {rec['id']}: {e}")
-                continue
-            row = {"id": rec["id"], "dataset": rec.get("dataset"), "question": rec["question"],
-                   "answers": rec["answers"], **{k: rec[k] for k in GOLD_FIELDS if k in rec},
-                   "prediction": res["prediction"], "retrievals": res.get("retrievals", 0),
-                   "model_calls": res.get("model_calls", 0), "seconds": round(time.time() - start, 3),
-                   "trace": res.get("trace", {})}
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-            fh.flush()
-            done[rec["id"]] = row
+        try:
+            for rec in tqdm(todo, desc=method, unit="q", dynamic_ncols=True):
+                start = time.time()
+                try:
+                    res, error = solve(rec), None
+                except InputError as e:  # e.g. a question longer than the model's context
+                    res, error = {"prediction": ""}, str(e)
+                    tqdm.write(f"failed {rec['id']}: {e}")
+                row = {"id": rec["id"], "dataset": rec.get("dataset"), "question": rec["question"],
+                       "answers": rec["answers"], **{k: rec[k] for k in GOLD_FIELDS if k in rec},
+                       "prediction": res["prediction"], "retrievals": res.get("retrievals", 0),
+                       "model_calls": res.get("model_calls", 0), "seconds": round(time.time() - start, 3),
+                       "trace": res.get("trace", {}), **({"error": error} if error else {})}
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+                fh.flush()
+                done[rec["id"]] = row
+        except KeyboardInterrupt:
+            finished = sum(r["id"] in done for r in records)
+            raise Interrupted(f"{finished} of {len(records)} questions are saved in {out}; "
+                              "run the same command again to resume") from None
     rows = [done[r["id"]] for r in records if r["id"] in done]
     stats = metrics.summarize(rows)
+    failed = sum("error" in r for r in rows)
     summary = {"method": method, "model": args.model, "data": args.data or args.dataset,
-               "corpus": getattr(args, "corpus", None), "output": str(out), **stats}
+               "corpus": getattr(args, "corpus", None), "output": str(out), **stats, "failed": failed}
     print(metrics.format_table([(out.stem, stats)]))
+    if failed:
+        print(f"{failed} of {len(rows)} questions failed (scored as wrong; each row's \"error\" says why)")
     out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 
 
 def main_guard(main) -> None:
-    """Run a CLI main(): bad input becomes one line on stderr and exit code 2, no traceback."""
+    """Run a CLI main(): bad input becomes one line on stderr and exit code 2, no traceback; Ctrl-C
+    (SIGINT) stops at once, with exit code 130.
+
+    subtle: a process started in the background by a non-interactive shell (`cmd &` in a script,
+    nohup) inherits SIGINT *ignored*, and Python then installs no KeyboardInterrupt handler: such a
+    run did not stop on SIGINT at all. The handler is installed here whatever was inherited."""
+    import signal
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         main()
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:
-        print("interrupted: finished questions are saved; run the same command again to resume",
+    except KeyboardInterrupt as e:
+        print(f"interrupted: {e or 'finished questions are saved; run the same command again to resume'}",
               file=sys.stderr)
         sys.exit(130)
 

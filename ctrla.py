@@ -779,6 +779,7 @@ def main(argv=None):
     p.add_argument("--check-features", action="store_true",
                    help="report the features' accuracy per layer range (paper 5.2) and exit")
     args = p.parse_args(argv)
+    common.check_inputs(args)                 # bad input fails here, before the model loads
 
     model, tok = common.load_model(args.model, args.dtype, args.device)
     steer, monitor = layer_keys(args.steer_layers), layer_keys(args.monitor_layers)

@@ -518,7 +518,7 @@ def main(argv=None):
     s = Settings(mode=args.mode, threshold=args.threshold, alpha=args.alpha, k=args.k,
                  target_language=args.target_language, seed=args.seed,
                  retrieve="never" if args.never_retrieve else "always" if args.always_retrieve else "adaptive")
-    records = common.load_questions(args)   # bad input fails here, before a model loads
+    records = common.check_inputs(args)     # bad input fails here, before a model loads
     bm25 = common.load_retriever(args, records)
     main_lm = common.load_model(args.model, args.dtype, args.device)
     verifier_lm = common.load_model(args.verifier, args.dtype, args.device) if args.mode != "cl" else None

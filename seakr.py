@@ -494,7 +494,7 @@ def main(argv=None):
                         "(with --output: each question's score and answer to that JSONL file)")
     args = p.parse_args(argv)
 
-    records = common.load_questions(args)      # bad input fails here, before the model loads
+    records = common.check_inputs(args)        # bad input fails here, before the model loads
     sink = None
     if args.calibrate and args.output:
         try:

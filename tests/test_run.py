@@ -104,3 +104,171 @@ def test_embedded_model_loads_once_and_generates():
     assert common.load_model("smollm2-135m")[0] is model
     g = common.greedy(model, tok, common.chat_prompt(tok, "What is the capital of France?"), max_new_tokens=12)
     assert "Paris" in g.text and g.token_ids and len(g.logprobs) == len(g.token_ids)
+
+
+# ----------------------------------------------------------------------------------------------
+# A resumed run is the run that was asked for; failed questions are rows; Ctrl-C keeps every row
+
+def answer(rec):
+    return {"prediction": rec["answers"][0]}
+
+
+def test_resume_stops_when_a_setting_differs_and_overwrite_starts_afresh(tmp_path):
+    args = make_args(tmp_path, limit=2)
+    common.run(args, "fake", answer)
+    settings = json.loads((tmp_path / "out.settings.json").read_text())
+    assert settings["--model"] == "smollm2-135m" and settings["--seed"] == 0
+    assert "--limit" not in settings and "--output" not in settings               # not settings
+    assert settings["question file"].startswith(f"{(FIXTURES / 'nq_open.jsonl').stat().st_size} bytes, sha256 ")
+    # --limit is not a setting: a longer run resumes and answers only the new question
+    seen = []
+    common.run(make_args(tmp_path, limit=3), "fake", lambda rec: seen.append(rec["id"]) or answer(rec))
+    assert len(seen) == 1
+    # any flag that is: stop, naming it, both values and the two fixes; nothing is overwritten
+    before = Path(args.output).read_text()
+    with pytest.raises(common.InputError) as e:
+        common.run(make_args(tmp_path, seed=7), "fake", answer)
+    assert str(e.value) == (f"{args.output} was made with --seed = 0, this run has 7; pass another --output, "
+                            "or --overwrite to start it afresh")
+    assert Path(args.output).read_text() == before
+    # --overwrite: every question is answered again, under the new settings
+    seen.clear()
+    common.run(make_args(tmp_path, seed=7, overwrite=True), "fake", lambda rec: seen.append(rec["id"]) or answer(rec))
+    assert len(seen) == 3 and len(Path(args.output).read_text().splitlines()) == 3
+    assert json.loads((tmp_path / "out.settings.json").read_text())["--seed"] == 7
+
+
+def test_resume_stops_when_the_question_file_or_the_code_changed(tmp_path):
+    data = tmp_path / "q.jsonl"
+    data.write_text((FIXTURES / "nq_open.jsonl").read_text())
+    args = make_args(tmp_path, data=str(data), limit=1)
+    common.run(args, "fake", answer)
+    data.write_text(data.read_text().replace("Jupiter", "Saturn"))       # same path, other content
+    with pytest.raises(common.InputError, match=r"was made with question file = \d+ bytes, sha256 \w+, "
+                                                r"this run has .*; pass another --output, or --overwrite"):
+        common.run(args, "fake", answer)
+    data.write_text((FIXTURES / "nq_open.jsonl").read_text())
+    common.run(args, "fake", answer)                                     # the same content again: resumes
+    # the code that answers is part of the settings: a solve from another file is another run
+    code = tmp_path / "method.py"
+    code.write_text("def solve(rec):\n    return {'prediction': 'x'}\n")
+    ns = {}
+    exec(compile(code.read_text(), str(code), "exec"), ns)
+    with pytest.raises(common.InputError, match=r"method code = test_run.py, \d+ bytes, sha256 \w+, this run has method.py, 47 bytes"):
+        common.run(args, "fake", ns["solve"])
+
+
+def test_an_output_without_settings_is_not_resumed(tmp_path):
+    args = make_args(tmp_path)
+    Path(args.output).write_text('{"id": "nq-0", "prediction": "x"}\n')     # an output written before settings
+    with pytest.raises(common.InputError, match="has 1 finished questions but no out.settings.json"):
+        common.run(args, "fake", answer)
+
+
+def test_a_failed_question_is_a_row_with_its_error_and_counted(tmp_path, capsys):
+    args = make_args(tmp_path)
+
+    def solve(rec):
+        if rec["id"] == "nq-1":
+            raise common.InputError("prompt of 9000 tokens + 64 new ones exceeds the model's context of 8192 tokens")
+        return answer(rec)
+    summary = common.run(args, "fake", solve)
+    rows = [json.loads(line) for line in Path(args.output).read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["nq-0", "nq-1", "nq-2"]
+    assert rows[1]["prediction"] == "" and rows[1]["error"].startswith("prompt of 9000 tokens")
+    assert "error" not in rows[0]
+    assert summary["n"] == 3 and summary["failed"] == 1 and summary["em"] == pytest.approx(round(2 / 3, 4))
+    assert "1 of 3 questions failed" in capsys.readouterr().out
+    # a resume does not answer it again: the error is deterministic (a fix needs --overwrite)
+    assert common.run(args, "fake", lambda rec: pytest.fail("recomputed"))["failed"] == 1
+
+
+def test_a_row_cut_short_is_recomputed_and_a_missing_newline_added(tmp_path):
+    args = make_args(tmp_path, limit=2)
+    common.run(args, "fake", answer)
+    out = Path(args.output)
+    lines = out.read_text().splitlines()
+    out.write_text(lines[0] + "\n" + lines[1][:20])                       # interrupted in the middle of row 2
+    seen = []
+    common.run(args, "fake", lambda rec: seen.append(rec["id"]) or answer(rec))
+    assert seen == ["nq-1"] and [json.loads(l)["id"] for l in out.read_text().splitlines()] == ["nq-0", "nq-1"]
+    out.write_text(out.read_text().rstrip("\n"))                          # complete, but no final newline
+    common.run(make_args(tmp_path, limit=3), "fake", answer)
+    assert [json.loads(l)["id"] for l in out.read_text().splitlines()] == ["nq-0", "nq-1", "nq-2"]
+
+
+def test_check_inputs_before_the_model(tmp_path):
+    assert len(common.check_inputs(make_args(tmp_path))) == 3
+    with pytest.raises(common.InputError, match="--corpus nope.jsonl: no such file; pass demo, contexts"):
+        common.check_inputs(make_args(tmp_path, corpus="nope.jsonl"))
+    with pytest.raises(common.InputError, match=f"cannot write {tmp_path} \\(a directory\\)"):
+        common.check_inputs(make_args(tmp_path, output=str(tmp_path)))
+    with pytest.raises(common.InputError, match="no such dataset or file"):
+        common.check_inputs(make_args(tmp_path, data=None, dataset="nosuch"))
+    empty = tmp_path / "empty_question.jsonl"
+    empty.write_text('{"question": "who?", "answer": ["a"]}\n{"question": "  ", "answer": ["b"]}\n')
+    with pytest.raises(common.InputError, match="empty_question.jsonl: record 2 has an empty question"):
+        common.check_inputs(make_args(tmp_path, data=str(empty)))
+
+
+@pytest.mark.parametrize("script,argv,message", [
+    *[(s, ["--corpus", "missing_corpus.jsonl"], "--corpus missing_corpus.jsonl: no such file")
+      for s in ("seakr.py", "ctrla.py", "rowen.py")],
+    ("seakr.py", ["--output", "/"], "cannot write / (a directory)"),
+])
+def test_cli_checks_inputs_before_loading_a_model(script, argv, message, tmp_path):
+    """--model names a model that does not exist: its error would come first if the model loaded first."""
+    r = subprocess.run([sys.executable, script, "--model", str(tmp_path / "no-model"), *argv], cwd=ROOT,
+                       capture_output=True, text=True)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {message}")
+
+
+INTERRUPTIBLE = '''
+import sys, time
+sys.path[:0] = [{root!r}, {tests!r}]
+import torch, common
+from conftest import make_model, make_tokenizer
+tok = make_tokenizer()
+model = make_model(len(tok), layers=2)
+
+def solve(rec):
+    if rec["id"] != "nq-0":
+        print("generating", flush=True)
+        while True:                       # mid-generation, forever
+            common.sample(model, tok, "Question: " + rec["question"], 8, max_new_tokens=200, seed=1)
+    return {{"prediction": rec["answers"][0]}}
+
+def main():
+    args = common.argparse.Namespace(model="tiny", dataset="nq", data={data!r}, corpus="demo", limit=None,
+                                     skip=0, output={out!r}, seed=0, device="cpu", dtype="float32", plain=False)
+    common.run(args, "fake", solve)
+common.main_guard(main)
+'''
+
+
+def test_ctrl_c_stops_mid_generation_keeps_rows_and_says_how_to_resume(tmp_path):
+    """Started with SIGINT ignored, as `cmd &` in a script does: the run must still stop on SIGINT."""
+    import signal
+    import time
+    out = tmp_path / "out.jsonl"
+    script = tmp_path / "run.py"
+    script.write_text(INTERRUPTIBLE.format(root=str(ROOT), tests=str(ROOT / "tests"),
+                                           data=str(FIXTURES / "nq_open.jsonl"), out=str(out)))
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert p.stdout.readline().strip() == "generating"
+    time.sleep(1.0)
+    sent = time.time()
+    p.send_signal(signal.SIGINT)
+    try:
+        _, err = p.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        pytest.fail("SIGINT did not stop the run")
+    # the interrupt is handled within milliseconds; the rest is the interpreter unloading torch, which
+    # takes 1.5 s on a busy 2-core machine (a run whose SIGINT is ignored never ends: the timeout above)
+    assert time.time() - sent < 8 and p.returncode == 130
+    assert err.strip().splitlines()[-1] == (f"interrupted: 1 of 3 questions are saved in {out}; "
+                                            "run the same command again to resume")
+    assert [json.loads(l)["id"] for l in out.read_text().splitlines()] == ["nq-0"]
