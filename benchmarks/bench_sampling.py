@@ -6,6 +6,8 @@ Times, side by side in one process and alternating within each repeat (the media
 - generate: model.generate(do_sample=True, num_return_sequences=k), which copies the prompt k times
   and prefills every copy;
 - ours: common.sample (one prefill, the prompt's KV cache shared by the k rows);
+- reference: common.reference, the plain loop that --plain runs (one prefill copied to k rows of
+  transformers' own cache); it draws the same samples as ours (checked: same_as_reference);
 - greedy: one greedy generation of the same prompt and length (common.greedy).
 Sampling settings are SeaKR's (temperature 1.0, top-k 50, top-p 0.9). The prompt is SeaKR's few-shot
 examples cut to --tokens tokens; no stop strings, so every row runs the full length unless it draws EOS
@@ -50,6 +52,11 @@ def run_ours(model, tok, prompt, a):
     common.forget_prefix()
     return common.sample(model, tok, prompt, a.k, temperature=1.0, top_k=50, top_p=0.9,
                          max_new_tokens=a.new, seed=0)
+
+
+def run_reference(model, tok, prompt, a):
+    return common.reference(model, tok, prompt, a.k, with_greedy=False, temperature=1.0, top_k=50, top_p=0.9,
+                            max_new_tokens=a.new, seed=0)
 
 
 def peak_rss_gb() -> float:
@@ -102,7 +109,10 @@ def main():
     def ours():
         return [len(g.token_ids) for g in run_ours(model, tok, prompt, a)]
 
-    runs = {"generate": hf_generate, "ours": ours, "greedy": greedy}
+    def reference():
+        return [len(g.token_ids) for g in run_reference(model, tok, prompt, a)]
+
+    runs = {"generate": hf_generate, "ours": ours, "reference": reference, "greedy": greedy}
     times = {name: [] for name in runs}
     tokens = {}
     torch.manual_seed(0)
@@ -118,16 +128,21 @@ def main():
                "threads": torch.get_num_threads(), "repeats": a.repeats,
                "generate_s": round(med["generate"], 3), "ours_s": round(med["ours"], 3),
                "greedy_s": round(med["greedy"], 3),
+               "reference_s": round(med["reference"], 3),
                "speedup_vs_generate": round(med["generate"] / med["ours"], 2),
+               "speedup_vs_reference": round(med["reference"] / med["ours"], 2),
+               "same_as_reference": [g.token_ids for g in run_ours(model, tok, prompt, a)]
+               == [g.token_ids for g in run_reference(model, tok, prompt, a)],
                "cost_vs_greedy": round(med["ours"] / med["greedy"], 2),
                "peak_rss_gb_ours": round(peak, 2)}
     print(f"prompt {n_prompt} tokens, k = {a.k}, {a.new} new tokens, {torch.get_num_threads()} threads, "
           f"median of {a.repeats}")
     print(f"{'':28} {'seconds':>8} {'tokens generated':>17}")
     for name, label in (("generate", f"generate(num_return_sequences={a.k})"), ("ours", "common.sample"),
-                        ("greedy", "common.greedy (one row)")):
+                        ("reference", "common.reference (--plain)"), ("greedy", "common.greedy (one row)")):
         print(f"{label:28} {med[name]:8.2f} {sum(tokens[name]):17d}")
     print(f"speedup vs generate {figures['speedup_vs_generate']:.2f}x (target >= 5), "
+          f"vs the reference {figures['speedup_vs_reference']:.2f}x (same samples: {figures['same_as_reference']}), "
           f"cost vs one greedy generation {figures['cost_vs_greedy']:.2f}x (target <= 2.5), "
           f"peak RSS of the sampler alone {peak:.2f} GB")
     print(json.dumps(figures))

@@ -90,6 +90,7 @@ def test_missing_model_package_names_the_install_command(tmp_path, monkeypatch):
 @pytest.mark.parametrize("argv,message", [
     (["--dataset", "nosuch"], "nq"),                        # lists the known names
     (["--data", "missing.jsonl"], "missing.jsonl"),
+    (["--model", "nosuch-model", "--limit", "1"], "unknown model 'nosuch-model': use an embedded alias"),
 ])
 def test_cli_bad_input_is_one_line(argv, message):
     r = subprocess.run([sys.executable, "seakr.py", *argv], cwd=ROOT, capture_output=True, text=True)
