@@ -533,8 +533,9 @@ def test_samples_on_an_eager_attention_model_see_the_prompt(tiny_real):
     assert_same(common.sample(model, tok, prompt, 4, **kw), common.reference(model, tok, prompt, 4, **kw))
 
 
-def test_a_prompt_longer_than_the_context_is_an_input_error(tiny):
-    model, tok = tiny                                 # max_position_embeddings = 512, one token a character
+def test_a_prompt_longer_than_the_context_is_an_input_error(tiny, monkeypatch):
+    model, tok = tiny                                 # one token a character
+    monkeypatch.setattr(model.config, "max_position_embeddings", 512)
     prompt = "x" * 500
     for call in (lambda: common.greedy(model, tok, prompt, max_new_tokens=20),
                  lambda: common.sample(model, tok, prompt, 2, max_new_tokens=20),
