@@ -254,8 +254,8 @@ def reference(model, tok, prompt: str | list[int], k: int = 0, *, with_greedy: b
     A row ends at EOS, at a stop string (the text is cut before it) or after max_new_tokens. With a
     hidden_module, the row's last token is then replaced by EOS and fed once more, and the module's
     output at that position is the row's `hidden`: the state of prompt + generated[:-1] + [EOS]
-    (+ [EOS] after all generated tokens when the row ended at EOS). The official SeaKR code (its
-    modified vLLM stop checker) reads exactly this state."""
+    (prompt + generated + [EOS] for a row that ended at EOS: EOS is not among its generated tokens).
+    The official SeaKR code (its modified vLLM stop checker) reads exactly this state."""
     ids = encode(tok, prompt)
     check_context(model, len(ids), max_new_tokens)
     n, ends, eos = int(with_greedy) + k, eos_ids(model, tok), tok.eos_token_id
@@ -268,7 +268,7 @@ def reference(model, tok, prompt: str | list[int], k: int = 0, *, with_greedy: b
         out = model(input_ids=torch.tensor([ids], device=model.device), use_cache=True, logits_to_keep=1)
         past, logits = out.past_key_values, out.logits[:, -1].float().repeat(n, 1)
         past.batch_repeat_interleave(n)
-        for step in range(max_new_tokens + 1):
+        for _ in range(max_new_tokens + 1):
             for r in range(n):       # the state fed last step, for rows that had just ended
                 if hook is not None and finish[r] is not None and hidden[r] is None:
                     hidden[r] = seen["h"][r].float().cpu()
@@ -324,8 +324,6 @@ def _draw(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
         drop = ranked.cumsum(-1) - ranked >= top_p
         probs = probs.masked_fill(drop.scatter(-1, order, drop), 0.0)
     return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(logits.device)
-
-
 
 
 def check_context(model, prompt_tokens: int, max_new_tokens: int) -> None:
