@@ -157,6 +157,13 @@ def _gguf_path(alias: str) -> Path:
     return Path(spec.submodule_search_locations[0]) / info["gguf"]
 
 
+def verify_embedded(aliases=None) -> None:
+    """Join (once) and verify every split alias's GGUF file, printing its sha256 (`make` runs this)."""
+    for alias in aliases or [a for a, info in EMBEDDED.items() if "parts" in info]:
+        path = _gguf_path(alias)
+        print(f"{alias}: {path} verified ({EMBEDDED[alias]['size']:,} bytes, sha256 {EMBEDDED[alias]['sha256']})")
+
+
 def _convert_embedded(alias: str) -> Path:
     """Convert an embedded GGUF model to the Hugging Face format once; later loads take seconds."""
     out = CACHE_DIR / "models" / alias
