@@ -210,7 +210,7 @@ def choose_dtype(device: str, flags: str) -> tuple[str, str]:
     found = [f for f in ("amx_bf16", "avx512_bf16") if f in have]
     if found:
         return "bfloat16", f"CPU has {' and '.join(found)}"
-    return "float32", "CPU has neither amx_bf16 nor avx512_bf16 (bfloat16 would be emulated, slower)"
+    return "float32", "CPU has neither amx_bf16 nor avx512_bf16: bfloat16 would be emulated, slower"
 
 
 def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "auto"):

@@ -1,13 +1,15 @@
 """float32 against bfloat16 on this machine: the matrix products of a model, and optionally a generation.
 
-    python benchmarks/bench_dtype.py [--model qwen2.5-coder-1.5b] [--prompt 400] [--rows 21] [--generate]
+    python benchmarks/bench_dtype.py [--model qwen2.5-coder-1.5b] [--prompt 400] [--rows 21] [--int8] [--generate]
 
 The linear layers are most of a method's time (78% of a greedy call under torch.profiler), so this times
 the products of one decoder layer of the model's shapes (read from its config, no weights loaded) in
 both precisions, one after the other in this process: prefill (`--prompt` tokens x hidden size) and
 SeaKR's decoding step (`--rows` rows: 1 greedy + 20 samples). --generate also loads the model in each
 precision and times one greedy answer. Prints the CPU, the flags --dtype auto looks at, what it would
-choose, TFLOP/s per shape and precision, and bfloat16's speed-up (> 1: bfloat16 faster). Set
+choose, TFLOP/s per shape and precision, and bfloat16's speed-up (> 1: bfloat16 faster). --int8 adds
+torch.ao's dynamic int8 linear layers (int8 weights per channel, activations quantised per call; CPU
+only; outputs differ from float32's). Set
 OMP_NUM_THREADS to choose the threads.
 """
 from __future__ import annotations
@@ -65,6 +67,26 @@ def time_products(shapes, tokens: int, dtype, device: str, min_s: float = 1.0) -
             return n * flops / elapsed / 1e12
 
 
+def time_int8(shapes, tokens: int, min_s: float = 1.0) -> float:
+    """TFLOP/s of torch.ao dynamic int8 linear layers for the same shapes (CPU only)."""
+    from torch.ao.quantization import quantize_dynamic
+    torch.manual_seed(0)
+    layers = [quantize_dynamic(torch.nn.Sequential(torch.nn.Linear(i, o, bias=False)), {torch.nn.Linear},
+                               dtype=torch.qint8) for _, i, o in shapes]
+    xs = [torch.randn(tokens, i) for _, i, _ in shapes]
+    flops = sum(2 * tokens * i * o for _, i, o in shapes)
+    with torch.no_grad():
+        for lin, x in zip(layers, xs):
+            lin(x)
+        n, start = 0, time.perf_counter()
+        while True:
+            for lin, x in zip(layers, xs):
+                lin(x)
+            n += 1
+            if (elapsed := time.perf_counter() - start) >= min_s:
+                return n * flops / elapsed / 1e12
+
+
 def time_generation(model_name: str, dtype: str, device: str) -> dict:
     question = "Which city is the capital of the country where the Eiffel Tower stands? Answer with a few words."
     t = time.perf_counter()
@@ -84,6 +106,7 @@ def main():
     p.add_argument("--rows", type=int, default=21, help="rows of a decoding step (SeaKR: 1 + 20 samples)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--seconds", type=float, default=1.0, help="time per shape and precision")
+    p.add_argument("--int8", action="store_true", help="also time torch.ao dynamic int8 linear layers")
     p.add_argument("--generate", action="store_true", help="also load the model in each precision and decode")
     a = p.parse_args()
     from transformers import AutoConfig
@@ -100,13 +123,19 @@ def main():
     print(f"model {a.model}: hidden {cfg.hidden_size}, intermediate {cfg.intermediate_size}, "
           f"{cfg.num_hidden_layers} layers")
     fig = {"cpu": cpu_name(), "auto": auto, "model": a.model}
-    print(f"{'shape':22} {'float32':>9} {'bfloat16':>9} {'bf16/fp32':>10}   (TFLOP/s)")
+    print(f"{'shape':22} {'float32':>9} {'bfloat16':>9} {'bf16/fp32':>10}"
+          + (f" {'int8':>9} {'int8/fp32':>10}" if a.int8 else "") + "   (TFLOP/s)")
     for name, tokens in (("prefill", a.prompt), ("decode", a.rows)):
         fp32 = time_products(shapes, tokens, torch.float32, a.device, a.seconds)
         bf16 = time_products(shapes, tokens, torch.bfloat16, a.device, a.seconds)
         fig[name] = {"tokens": tokens, "float32_tflops": round(fp32, 4), "bfloat16_tflops": round(bf16, 4),
                      "bf16_speedup": round(bf16 / fp32, 2)}
-        print(f"{name + f' ({tokens} rows)':22} {fp32:9.4f} {bf16:9.4f} {bf16 / fp32:9.2f}x")
+        line = f"{name + f' ({tokens} rows)':22} {fp32:9.4f} {bf16:9.4f} {bf16 / fp32:9.2f}x"
+        if a.int8:
+            i8 = time_int8(shapes, tokens, a.seconds)
+            fig[name].update(int8_tflops=round(i8, 4), int8_speedup=round(i8 / fp32, 2))
+            line += f" {i8:9.4f} {i8 / fp32:9.2f}x"
+        print(line)
     if a.generate:
         for dt in ("float32", "bfloat16"):
             fig[f"generate_{dt}"] = g = time_generation(a.model, dt, a.device)
