@@ -64,6 +64,9 @@ def main():
             outs = common.greedy(model, tok, prompts[i:i + a.batch], max_new_tokens=32,
                                  stop=("\n",) + common.turn_stops(tok))
             preds += [o.text.strip() for o in outs]
+            em = sum(metrics.exact_match(pr, [it["answer"]]) for pr, it in zip(preds, items))
+            print(f"  {mode} {len(preds)}/{len(items)}: EM {100 * em / len(preds):.1f} "
+                  f"({time.perf_counter() - t:.0f} s)", file=sys.stderr, flush=True)
         secs = time.perf_counter() - t
         em = 100 * sum(metrics.exact_match(pr, [it["answer"]]) for pr, it in zip(preds, items)) / len(items)
         f1 = 100 * sum(metrics.f1_score(pr, [it["answer"]]) for pr, it in zip(preds, items)) / len(items)

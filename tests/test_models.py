@@ -177,3 +177,15 @@ def test_real_join_verifies_and_a_copy_with_one_flipped_byte_is_refused(tmp_path
         f.write(bytes([b[0] ^ 1]))
     with pytest.raises(common.InputError, match="q.gguf: sha256"):
         common.verify_file(out, info["size"], info["sha256"])
+
+
+@pytest.mark.parametrize("device,flags,alias", [
+    ("cpu", XEON_AMX, "qwen2.5-coder-1.5b"),
+    ("cpu", ZEN4, "qwen2.5-coder-1.5b"),
+    ("cuda", "", "qwen2.5-coder-1.5b"),
+    ("cpu", EPYC_AVX2, "smollm2-135m"),
+    ("cpu", "", "smollm2-135m"),
+])
+def test_default_model_is_the_strong_one_where_bfloat16_is_fast(device, flags, alias):
+    assert common.default_model(device, flags)[0] == alias
+    assert alias in common.EMBEDDED
