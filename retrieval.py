@@ -25,12 +25,13 @@ Ties are broken by corpus order, as Lucene breaks them by document number.
 
 Where parity cannot be exact (measured against Lucene 8.8 by benchmarks/bench_retrieval.py):
 - the standard tokenizer is Unicode's word-break rules (UAX #29) in a regex: letters and digits
-  join, `. ' ’ :` join letters, `. , ; '` join digits, `_` joins, each Han or Hiragana character is
-  its own token; Thai, Lao, Khmer, Myanmar word segmentation and combining marks beyond
-  U+0300-036F are not modelled (rare in English Wikipedia).
+  join, `. ' ’ :` join letters, `. , ; '` join digits, `_` joins, combining marks stay in their
+  word, each Han or Hiragana character is its own token; Thai, Lao, Khmer and Myanmar word
+  segmentation (dictionary based in Lucene) and characters beyond the BMP are not modelled
+  (rare in English Wikipedia).
 - the Porter stemmer is PyStemmer's 'porter' (Snowball's implementation of Porter's original
-  algorithm, as Lucene's PorterStemFilter), with Lucene's departure that words of 1-2 letters
-  are not stemmed.
+  algorithm) with the three departures of Porter's C version that Lucene's PorterStemmer ports
+  (see porter_stem); this is exact on the DPR sample's vocabulary, not proven in general.
 
 Backends:
 - LocalBM25: the whole corpus in memory (numpy postings); the demo, --corpus contexts, corpus files.
@@ -97,8 +98,29 @@ def get_preset(name):
 # ---------------------------------------------------------------------------------------------
 
 _IDEO = "\u3040-\u309f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # Hiragana, Han: one token each
-_W = rf"(?:[^\W{_IDEO}]|[\u0300-\u036f])"                      # word char (letter, digit, _)
-_L = rf"[^\W\d_{_IDEO}]"                                        # a letter
+# subtle: Python's \w takes every numeric character; UAX #29 only decimal digits: superscripts,
+# fractions and circled numbers break words ("km²" is the token "km").
+_NO = "\u00b2\u00b3\u00b9\u00bc-\u00be\u2070-\u209f\u2150-\u215f\u2189\u2460-\u24ff\u2776-\u2793"
+
+
+def _char_class(categories, limit=0x10000):
+    """A regex character class body of the BMP code points in the given Unicode categories."""
+    import unicodedata
+    out, start = [], None
+    for cp in range(limit + 1):
+        inside = cp < limit and unicodedata.category(chr(cp)) in categories
+        if inside and start is None:
+            start = cp
+        elif not inside and start is not None:
+            out.append(f"\\u{start:04x}-\\u{cp - 1:04x}")
+            start = None
+    return "".join(out)
+
+
+# UAX #29 WB4: combining marks (Mn, Mc, Me) and format characters (Cf) stay inside the word they follow.
+_EXTEND = _char_class({"Mn", "Mc", "Me", "Cf"})
+_W = rf"(?:[^\W{_IDEO}{_NO}]|[{_EXTEND}])"                     # word char (letter, digit, _)
+_L = rf"[^\W\d_{_IDEO}{_NO}]"                                   # a letter
 _TOKEN = re.compile(
     rf"[{_IDEO}]"
     rf"|{_W}+(?:(?:(?<={_L})[.:'\u2018\u2019](?={_L})|(?<=\d)[.,;'\u2018\u2019](?=\d)){_W}+)*")
@@ -127,14 +149,41 @@ def java_lower(tok):
 _stemmer = None
 
 
+def porter_measure(stem):
+    """Porter's m: the number of vowel-consonant sequences in `stem` ([C](VC)^m[V]); y after a
+    consonant is a vowel."""
+    m, prev_vowel = 0, False
+    for i, c in enumerate(stem):
+        vowel = c in "aeiou" or (c == "y" and i > 0 and not prev_vowel)
+        if prev_vowel and not vowel:
+            m += 1
+        prev_vowel = vowel
+    return m
+
+
 def porter_stem(words):
-    """Porter's original algorithm (PyStemmer 'porter'), words of 1-2 characters unchanged."""
+    """Porter's algorithm as Lucene's PorterStemmer (a port of Porter's own C version): PyStemmer's
+    'porter' (Snowball's rendering of the published algorithm) plus the C version's departures,
+    which Snowball leaves out:
+    - words of 1-2 characters are not stemmed ("is", "us", "as" stay);
+    - step 2 maps -bli to -ble (the paper: -abli to -able) and -logi to -log, where m > 0 before the
+      suffix ("possibly" -> "possibl", "technology" -> "technolog").
+    Steps 3-5 do not touch -log, and the -ble case is finished by stemming the -ble word again
+    (step 1 leaves a word in -ble alone, so that runs exactly steps 2-5 on it)."""
     global _stemmer
     if _stemmer is None:
         import Stemmer  # PyStemmer
         _stemmer = Stemmer.Stemmer("porter")
-    stems = _stemmer.stemWords(words)
-    return [w if len(w) <= _SHORT else s for w, s in zip(words, stems)]
+    out = []
+    for w, s in zip(words, _stemmer.stemWords(words)):
+        if len(w) <= _SHORT:
+            s = w
+        elif s.endswith("logi") and porter_measure(s[:-4]) > 0:
+            s = s[:-1]
+        elif s.endswith("bli") and not s.endswith("abli") and porter_measure(s[:-3]) > 0:
+            s = _stemmer.stemWord(s[:-1] + "e")
+        out.append(s)
+    return out
 
 
 def analyze(text, analyzer):
