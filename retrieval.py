@@ -125,17 +125,14 @@ _TOKEN = re.compile(
     rf"[{_IDEO}]"
     rf"|{_W}+(?:(?:(?<={_L})[.:'\u2018\u2019](?={_L})|(?<=\d)[.,;'\u2018\u2019](?=\d)){_W}+)*")
 MAX_TOKEN_LENGTH = 255   # StandardTokenizer splits longer tokens [Lucene default]
-_POSSESSIVE = re.compile(r"['\u2019\uff07][sS]$")
 _SHORT = 2               # Lucene's PorterStemmer leaves words of up to 2 letters alone
 
 
 def standard_tokens(text):
     """Lucene's StandardTokenizer (UAX #29 word breaks; see the module docstring), no case change."""
-    out = []
-    for tok in _TOKEN.findall(text):
-        if tok.strip("_") == "" or not any(c != "_" for c in tok):
-            continue  # subtle: underscores alone are not a word
-        out.extend(tok[i:i + MAX_TOKEN_LENGTH] for i in range(0, len(tok), MAX_TOKEN_LENGTH))
+    out = [t for t in _TOKEN.findall(text) if t.strip("_")]  # subtle: underscores alone are no word
+    if any(len(t) > MAX_TOKEN_LENGTH for t in out):
+        out = [t[i:i + MAX_TOKEN_LENGTH] for t in out for i in range(0, len(t), MAX_TOKEN_LENGTH)]
     return out
 
 
@@ -174,27 +171,37 @@ def porter_stem(words):
     if _stemmer is None:
         import Stemmer  # PyStemmer
         _stemmer = Stemmer.Stemmer("porter")
-    out = []
-    for w, s in zip(words, _stemmer.stemWords(words)):
-        if len(w) <= _SHORT:
-            s = w
-        elif s.endswith("logi") and porter_measure(s[:-4]) > 0:
-            s = s[:-1]
-        elif s.endswith("bli") and not s.endswith("abli") and porter_measure(s[:-3]) > 0:
-            s = _stemmer.stemWord(s[:-1] + "e")
-        out.append(s)
-    return out
+    return [w if len(w) <= _SHORT else (s if s[-1:] != "i" else _c_departures(s))
+            for w, s in zip(words, _stemmer.stemWords(words))]
+
+
+def _c_departures(s):
+    if s.endswith("logi") and porter_measure(s[:-4]) > 0:
+        return s[:-1]
+    if s.endswith("bli") and not s.endswith("abli") and porter_measure(s[:-3]) > 0:
+        return _stemmer.stemWord(s[:-1] + "e")
+    return s
+
+
+_POSSESSIVES = ("'s", "\u2019s", "\uff07s")
 
 
 def analyze(text, analyzer):
     """The token stream Elasticsearch indexes for `text` with the named analyzer."""
-    toks = standard_tokens(text)
-    if analyzer == "standard":
-        return [java_lower(t) for t in toks]
-    if analyzer == "english":
-        toks = [java_lower(_POSSESSIVE.sub("", t)) for t in toks]
-        return porter_stem([t for t in toks if t not in ENGLISH_STOP_WORDS])
-    raise ValueError(f"unknown analyzer {analyzer}")
+    if analyzer not in ("standard", "english"):
+        raise ValueError(f"unknown analyzer {analyzer}")
+    if text.isascii():  # fast path: lower case first (same tokens, same possessives)
+        toks = standard_tokens(text.lower())
+    else:
+        toks = [java_lower(t) for t in standard_tokens(text)]
+    return toks if analyzer == "standard" else english_filters(toks)
+
+
+def english_filters(toks):
+    """The english analyzer after the standard one: EnglishPossessiveFilter ('s, ’s, ＇s; it runs
+    before lower case in Lucene, which does not matter here), stop words, Porter."""
+    toks = [t[:-2] if t.endswith(_POSSESSIVES) else t for t in toks]
+    return porter_stem([t for t in toks if t not in ENGLISH_STOP_WORDS])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -469,8 +476,11 @@ def build_index(corpus, index_dir, presets=("seakr", "ctrla"), heap_mb=256, comm
         doc = tantivy.Document()
         doc.add_bytes("src", json.dumps(p, ensure_ascii=False).encode())
         doc.add_unsigned("seq", n)
+        standard = {}  # subtle: the english analyzer is the standard one plus filters: tokenise once
         for name, f, key in fields:
-            toks = analyze(p.get(key, ""), PRESETS[name].analyzer)
+            if key not in standard:
+                standard[key] = analyze(p.get(key, ""), "standard")
+            toks = standard[key] if PRESETS[name].analyzer == "standard" else english_filters(standard[key])
             doc.add_text(_field_name(name, f), " ".join(toks))
             tot = state["fields"][_field_name(name, f)]
             tot[0] += len(toks)
@@ -491,7 +501,7 @@ def build_index(corpus, index_dir, presets=("seakr", "ctrla"), heap_mb=256, comm
 class IndexBM25:
     """An index built by build_index, opened by path; the top k exact (see the module docstring)."""
 
-    FIRST_M = 100       # candidates per field in the first round
+    FIRST_M = 20        # candidates per field in the first round (at least k)
     MAX_M = 10_000      # stop doubling here (then the top k is the best among the candidates)
 
     def __init__(self, index_dir, preset="seakr"):
@@ -539,23 +549,29 @@ class IndexBM25:
             return []
         dfs = {f: {t: self.searcher.doc_freq(_field_name(self.name, f), t) for t in set(terms)}
                for f, _ in self.preset.fields}
-        m, cache, seen = max(self.FIRST_M, 2 * k), {}, set()
+        m, cache, last = max(self.FIRST_M, k), {}, {}
         while True:
             lists = [self._field_candidates(f, terms, m) for f, _ in self.preset.fields]
             for hits in lists:
                 for _, addr in hits:
-                    if (addr.segment_ord, addr.doc) in seen:
-                        continue
-                    seen.add((addr.segment_ord, addr.doc))
-                    doc = self.searcher.doc(addr)
-                    p = json.loads(bytes(doc["src"][0]).decode())
-                    cache[int(doc["seq"][0])] = (p, self._exact(p, terms, dfs))
-            order = sorted(cache.values(), key=lambda v: -float(self._final(v[1])))
-            # subtle: an unseen passage scores at most the m-th candidate in every full list; its
-            # exact score is bounded with the m-th's tantivy score / (k1 + 1) (same IDF and lengths).
-            bound = [float(h[-1][0]) / (1 + self.k1) * 1.001 if len(h) == m else 0.0 for h in lists]
-            kth = float(self._final(order[k - 1][1])) if len(order) >= k else 0.0
-            if all(x == 0 for x in bound) or kth >= float(self._final(bound)) or m >= self.MAX_M:
+                    key = (addr.segment_ord, addr.doc)
+                    if key not in last:
+                        doc = self.searcher.doc(addr)
+                        p = json.loads(bytes(doc["src"][0]).decode())
+                        last[key] = int(doc["seq"][0])
+                        cache[last[key]] = (p, self._exact(p, terms, dfs))
+            # Threshold: a passage in none of the lists scores at most the last candidate of each
+            # full list in that field (tantivy ranks a field as Lucene does: same IDF, same length
+            # table, a constant factor k1 + 1; only its avgdl counts passages without the field,
+            # which an empty title can make differ slightly), so their best_fields bounds it.
+            bound = [float(cache[last[(h[-1][1].segment_ord, h[-1][1].doc)]][1][i]) if len(h) == m else 0.0
+                     for i, h in enumerate(lists)]
+            finals = sorted((float(self._final(s)) for _, s in cache.values()), reverse=True)
+            kth = finals[k - 1] if len(finals) >= k else 0.0
+            # subtle: an unseen passage tied with the k-th loses here; tantivy keeps the lower
+            # document on ties, so the tied passages it left out come later in the corpus and
+            # lose in Lucene too.
+            if kth >= float(self._final(bound)) * (1 - 1e-6) or m >= self.MAX_M:
                 break
             m *= 2
         ranked = sorted(cache.items(), key=lambda kv: (-float(self._final(kv[1][1])), kv[0]))
