@@ -426,12 +426,27 @@ def _write_meta(index_dir, meta):
     os.replace(tmp, p)  # atomic: a crash leaves the old or the new file, never half of one
 
 
+def _analyse(item):
+    """The token lists of one passage for the index fields [(preset, field, passage key)]."""
+    p, fields = item
+    standard, out = {}, []  # subtle: english = standard + filters: tokenise each text once
+    for name, _, key in fields:
+        if key not in standard:
+            standard[key] = analyze(p.get(key, ""), "standard")
+        out.append(standard[key] if PRESETS[name].analyzer == "standard" else english_filters(standard[key]))
+    return out
+
+
+BATCH = 2_000            # passages read and analysed at a time
+
+
 def build_index(corpus, index_dir, presets=("seakr", "ctrla"), heap_mb=256, commit_every=COMMIT_EVERY,
-                progress=True):
+                progress=True, workers=1):
     """Index a corpus file into index_dir, streaming; restartable: a second call resumes after the
     last commit. meta holds the per-field totals (tokens, passages with the field) Lucene's BM25
     needs, as of the last commit ("pending" is written before a commit, "done" after it, so a crash
-    between the two is told apart by tantivy's own document count)."""
+    between the two is told apart by tantivy's own document count). workers > 1 analyses in that
+    many processes (the analysis, not tantivy, is what takes the time)."""
     import tantivy
     from tqdm import tqdm
     presets = tuple(presets)
@@ -470,26 +485,33 @@ def build_index(corpus, index_dir, presets=("seakr", "ctrla"), heap_mb=256, comm
         meta["done"], meta["pending"] = meta["pending"], None
         _write_meta(index_dir, meta)
 
-    for n, p in enumerate(iter_passages(corpus)):
-        if n < have:
-            continue  # resume: these are indexed already
-        doc = tantivy.Document()
-        doc.add_bytes("src", json.dumps(p, ensure_ascii=False).encode())
-        doc.add_unsigned("seq", n)
-        standard = {}  # subtle: the english analyzer is the standard one plus filters: tokenise once
-        for name, f, key in fields:
-            if key not in standard:
-                standard[key] = analyze(p.get(key, ""), "standard")
-            toks = standard[key] if PRESETS[name].analyzer == "standard" else english_filters(standard[key])
-            doc.add_text(_field_name(name, f), " ".join(toks))
-            tot = state["fields"][_field_name(name, f)]
-            tot[0] += len(toks)
-            tot[1] += bool(toks)
-        writer.add_document(doc)
-        state["passages"] += 1
-        bar.update()
-        if state["passages"] % commit_every == 0:
-            commit()
+    import itertools
+    pool = None
+    if workers > 1:
+        import multiprocessing
+        pool = multiprocessing.Pool(workers)
+    rest = itertools.islice(iter_passages(corpus), have, None)  # resume: skip what is indexed
+    try:
+        while batch := list(itertools.islice(rest, BATCH)):  # bounded memory: one batch at a time
+            analysed = (pool.map(_analyse, [(p, fields) for p in batch], chunksize=64) if pool
+                        else [_analyse((p, fields)) for p in batch])
+            for p, token_lists in zip(batch, analysed):
+                doc = tantivy.Document()
+                doc.add_bytes("src", json.dumps(p, ensure_ascii=False).encode())
+                doc.add_unsigned("seq", state["passages"])
+                for (name, f, _), toks in zip(fields, token_lists):
+                    doc.add_text(_field_name(name, f), " ".join(toks))
+                    tot = state["fields"][_field_name(name, f)]
+                    tot[0] += len(toks)
+                    tot[1] += bool(toks)
+                writer.add_document(doc)
+                state["passages"] += 1
+                if state["passages"] % commit_every == 0:
+                    commit()
+            bar.update(len(batch))
+    finally:
+        if pool:
+            pool.terminate()
     commit()
     writer.wait_merging_threads()
     bar.close()
@@ -663,6 +685,11 @@ class ElasticRetriever:
         if missing:
             raise InputError(f"{self.url}: index lacks text field(s) {missing} that preset '{self.name}' "
                              f"queries (has {sorted(props)}); use the preset the index was built for")
+        for f, _ in self.preset.fields:  # a different analyzer still works, but scores differ from the paper's
+            got = props[f].get("analyzer", "standard")
+            if got != self.preset.analyzer:
+                print(f"warning: {self.url}: field '{f}' uses the '{got}' analyzer, the official "
+                      f"'{self.name}' index uses '{self.preset.analyzer}'", file=sys.stderr)
 
     def search(self, query, k):
         if k <= 0:
@@ -710,6 +737,7 @@ def main(argv=None):
     b.add_argument("index_dir")
     b.add_argument("--presets", default="seakr,ctrla", help="analyzers/fields to index (default: both)")
     b.add_argument("--heap-mb", type=int, default=256, help="tantivy writer memory budget")
+    b.add_argument("--workers", type=int, default=1, help="processes that analyse text (default 1)")
     s = sub.add_parser("search", help="query an index, a corpus file or es:// URL")
     s.add_argument("spec")
     s.add_argument("query")
@@ -718,7 +746,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     try:
         if args.cmd == "build":
-            meta = build_index(args.corpus, args.index_dir, args.presets.split(","), args.heap_mb)
+            meta = build_index(args.corpus, args.index_dir, args.presets.split(","), args.heap_mb,
+                               workers=args.workers)
             print(f"{meta['done']['passages']} passages indexed in {args.index_dir}")
         else:
             for h in open_retriever(args.spec, args.preset).search(args.query, args.k):

@@ -175,10 +175,12 @@ def test_index_build_resumes_after_interruption(tmp_path, monkeypatch):
                 raise KeyboardInterrupt
             yield x
     monkeypatch.setattr(retrieval, "iter_passages", dies_after_10)
+    monkeypatch.setattr(retrieval, "BATCH", 3)  # 9 passages reach the writer, 8 are committed
     with pytest.raises(KeyboardInterrupt):
         build_index(path, tmp_path / "idx", progress=False, commit_every=4)
     with pytest.raises(InputError, match="the build did not finish; run the same"):
         IndexBM25(tmp_path / "idx")
+    assert retrieval._read_meta(tmp_path / "idx")["done"]["passages"] == 8
     monkeypatch.setattr(retrieval, "iter_passages", real)
     meta = build_index(path, tmp_path / "idx", progress=False, commit_every=4)
     assert meta["done"]["passages"] == 30 and meta["complete"]
@@ -215,7 +217,9 @@ class _FakeES:
                     return self._send(401, {"error": "auth"})
                 if urlparse(self.path).path != "/wiki/_mapping":
                     return self._send(404, {"error": {"type": "index_not_found_exception"}})
-                self._send(200, {"wiki": {"mappings": {"properties": {f: {"type": "text"} for f in fields}}}})
+                self._send(200, {"wiki": {"mappings": {"properties": {
+                    f: {"type": "text", **({"analyzer": "english"} if preset == "seakr" else {})}
+                    for f in fields}}}})
 
             def do_POST(self):
                 if outer.fail_left:
@@ -242,7 +246,7 @@ class _FakeES:
 
 
 @pytest.mark.parametrize("preset,fields", [("seakr", ["title", "txt"]), ("ctrla", ["title", "text"])])
-def test_elasticsearch_sends_the_official_query_and_matches_local(preset, fields, monkeypatch):
+def test_elasticsearch_sends_the_official_query_and_matches_local(preset, fields, monkeypatch, capsys):
     monkeypatch.setenv("ES_USERNAME", "elastic")
     monkeypatch.setenv("ES_PASSWORD", "pw")
     monkeypatch.delenv("ES_API_KEY", raising=False)
@@ -250,6 +254,7 @@ def test_elasticsearch_sends_the_official_query_and_matches_local(preset, fields
     try:
         r = common.open_retriever(f"es://127.0.0.1:{es.port}/wiki", preset)
         r.retries = 2
+        assert "warning" not in capsys.readouterr().err  # the official analyzers
         got = r.search("capital of France", 3)
         assert got == LocalBM25(CITIES, preset).search("capital of France", 3)
         path, query, body = es.seen[-1]
@@ -327,3 +332,13 @@ def test_parity_with_lucene_on_the_dpr_sample():
         assert res[key]["top10"] == res[key]["n"] == 300, (key, res[key])
         assert res[key]["max_rel_score_diff"] < 1e-5, (key, res[key])
     assert res["analyzer: passages tokenised as Lucene (english, standard)"] == [1000, 1000]
+
+
+def test_index_built_by_worker_processes_is_the_same(tmp_path):
+    ps, path = _corpus(tmp_path, 25)
+    build_index(path, tmp_path / "one", progress=False)
+    build_index(path, tmp_path / "two", progress=False, workers=2)
+    one, two = IndexBM25(tmp_path / "one"), IndexBM25(tmp_path / "two")
+    for q in QUERIES:
+        assert one.search(q, 8) == two.search(q, 8)
+    assert retrieval._read_meta(tmp_path / "one")["done"] == retrieval._read_meta(tmp_path / "two")["done"]
