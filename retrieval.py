@@ -523,7 +523,8 @@ def build_index(corpus, index_dir, presets=("seakr", "ctrla"), heap_mb=256, comm
 class IndexBM25:
     """An index built by build_index, opened by path; the top k exact (see the module docstring)."""
 
-    FIRST_M = 20        # candidates per field in the first round (at least k)
+    FIRST_M = 8         # candidates per field in the first round (at least k): measured on the
+                        # DPR sample, 1.08 rounds and 5 ms a query (20: 1.0 rounds, 9 ms)
     MAX_M = 10_000      # stop doubling here (then the top k is the best among the candidates)
 
     def __init__(self, index_dir, preset="seakr"):
