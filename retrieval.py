@@ -37,11 +37,12 @@ Backends:
 - LocalBM25: the whole corpus in memory (numpy postings); the demo, --corpus contexts, corpus files.
 - IndexBM25: an on-disk tantivy index (Rust, on PyPI) of the analysed tokens, for DPR's
   21M-passage psgs_w100.tsv. tantivy's own BM25 has Lucene's IDF and length table but multiplies
-  by (k1 + 1), has no best_fields and counts avgdl over all documents, so tantivy only generates
-  candidates (each field's top M for a disjunction of the query's tokens); the candidates are
-  re-scored exactly with the formulas above from their re-analysed stored text, the document
-  frequencies from tantivy and the field totals kept at build time. M doubles until no passage
-  outside the candidates can beat the k-th (threshold algorithm), so the top k is exact.
+  by (k1 + 1), scores in its own float order and counts avgdl over all documents, so tantivy
+  generates candidates (its top M for the same query: a disjunction of the query's tokens per
+  field, in its DisjunctionMaxQuery with tie breaker 0.5); the candidates are re-scored exactly
+  with the formulas above from their re-analysed stored text, the document frequencies from
+  tantivy and the field totals kept at build time. M doubles until no passage below tantivy's
+  M-th can beat the k-th, so the top k is exact (up to empty fields: see IndexBM25.search).
 - ElasticRetriever: plain HTTP (urllib) to an index someone already built with the official code;
   the official query bodies; timeouts, retries; credentials from ES_API_KEY or
   ES_USERNAME + ES_PASSWORD.
@@ -523,8 +524,8 @@ def build_index(corpus, index_dir, presets=("seakr", "ctrla"), heap_mb=256, comm
 class IndexBM25:
     """An index built by build_index, opened by path; the top k exact (see the module docstring)."""
 
-    FIRST_M = 8         # candidates per field in the first round (at least k): measured on the
-                        # DPR sample, 1.08 rounds and 5 ms a query (20: 1.0 rounds, 9 ms)
+    FIRST_M = 5         # candidates in the first round (at least k); measured on the DPR sample:
+                        # one round for all 300 queries, 1.9 ms a query (20: 7.1 ms)
     MAX_M = 10_000      # stop doubling here (then the top k is the best among the candidates)
 
     def __init__(self, index_dir, preset="seakr"):
@@ -546,12 +547,15 @@ class IndexBM25:
         self.k1, self.b = meta["k1"], meta["b"]
         self.stats = {f: meta["done"]["fields"][_field_name(preset, f)] for f, _ in self.preset.fields}
 
-    def _field_candidates(self, field, terms, m):
+    def _candidates(self, terms, m):
+        """tantivy's top m for the preset's query: one disjunction of the query's tokens per field,
+        combined by tantivy's own DisjunctionMaxQuery with the preset's tie breaker."""
         import tantivy
-        name = _field_name(self.name, field)
-        q = tantivy.Query.boolean_query([(tantivy.Occur.Should, tantivy.Query.term_query(
-            self.index.schema, name, t)) for t in terms])
-        return [(s, a) for s, a in self.searcher.search(q, m).hits]
+        per_field = [tantivy.Query.boolean_query([(tantivy.Occur.Should, tantivy.Query.term_query(
+            self.index.schema, _field_name(self.name, f), t)) for t in terms]) for f, _ in self.preset.fields]
+        q = per_field[0] if len(per_field) == 1 else tantivy.Query.disjunction_max_query(
+            per_field, self.preset.tie_breaker)
+        return self.searcher.search(q, m).hits
 
     def _exact(self, passage, terms, dfs):
         scores = []
@@ -572,29 +576,26 @@ class IndexBM25:
             return []
         dfs = {f: {t: self.searcher.doc_freq(_field_name(self.name, f), t) for t in set(terms)}
                for f, _ in self.preset.fields}
-        m, cache, last = max(self.FIRST_M, k), {}, {}
+        m, cache, seen = max(self.FIRST_M, k), {}, set()
         while True:
-            lists = [self._field_candidates(f, terms, m) for f, _ in self.preset.fields]
-            for hits in lists:
-                for _, addr in hits:
-                    key = (addr.segment_ord, addr.doc)
-                    if key not in last:
-                        doc = self.searcher.doc(addr)
-                        p = json.loads(bytes(doc["src"][0]).decode())
-                        last[key] = int(doc["seq"][0])
-                        cache[last[key]] = (p, self._exact(p, terms, dfs))
-            # Threshold: a passage in none of the lists scores at most the last candidate of each
-            # full list in that field (tantivy ranks a field as Lucene does: same IDF, same length
-            # table, a constant factor k1 + 1; only its avgdl counts passages without the field,
-            # which an empty title can make differ slightly), so their best_fields bounds it.
-            bound = [float(cache[last[(h[-1][1].segment_ord, h[-1][1].doc)]][1][i]) if len(h) == m else 0.0
-                     for i, h in enumerate(lists)]
-            finals = sorted((float(self._final(s)) for _, s in cache.values()), reverse=True)
+            hits = self._candidates(terms, m)
+            for _, addr in hits:
+                if (addr.segment_ord, addr.doc) not in seen:
+                    seen.add((addr.segment_ord, addr.doc))
+                    doc = self.searcher.doc(addr)
+                    p = json.loads(bytes(doc["src"][0]).decode())
+                    cache[int(doc["seq"][0])] = (p, self._exact(p, terms, dfs))
+            # Threshold: tantivy's score is Lucene's x (k1 + 1) up to float rounding (same IDF,
+            # same length table, same best_fields), so a passage it ranked below the m-th scores
+            # at most the m-th's score / (k1 + 1) in Lucene; once the k-th exact score reaches that,
+            # the top k is exact. (tantivy's avgdl counts passages without the field, Lucene's does
+            # not: the two differ only where a field is empty after analysis, e.g. a title of stop
+            # words.) subtle: the slack lets ties at the cut go to the candidates, which tantivy
+            # picks in document order, as Lucene does.
+            bound = float(hits[-1][0]) / (1 + self.k1) if len(hits) == m else 0.0
+            finals = sorted((float(self._final(sc)) for _, sc in cache.values()), reverse=True)
             kth = finals[k - 1] if len(finals) >= k else 0.0
-            # subtle: an unseen passage tied with the k-th loses here; tantivy keeps the lower
-            # document on ties, so the tied passages it left out come later in the corpus and
-            # lose in Lucene too.
-            if kth >= float(self._final(bound)) * (1 - 1e-6) or m >= self.MAX_M:
+            if kth >= bound * (1 - 1e-5) or m >= self.MAX_M:
                 break
             m *= 2
         ranked = sorted(cache.items(), key=lambda kv: (-float(self._final(kv[1][1])), kv[0]))

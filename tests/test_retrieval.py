@@ -152,15 +152,14 @@ def test_index_equals_memory_and_candidates_grow(tmp_path):
     for preset in ("seakr", "ctrla"):
         local, disk = LocalBM25(ps, preset), common.open_retriever(str(tmp_path / "idx"), preset)
         disk.FIRST_M = 2  # force the threshold loop to double M
-        rounds, real = [], disk._field_candidates
-        disk._field_candidates = lambda f, t, m: rounds.append(m) or real(f, t, m)
+        rounds, real = [], disk._candidates
+        disk._candidates = lambda t, m: rounds.append(m) or real(t, m)
         for q in QUERIES:
             a, b = local.search(q, 5), disk.search(q, 5)
             assert [h["id"] for h in a] == [h["id"] for h in b], (preset, q)
             assert [h["score"] for h in a] == pytest.approx([h["score"] for h in b], rel=1e-6)
             assert all(h["text"] == next(p["text"] for p in ps if p["id"] == h["id"]) for h in b)
-        # k first; two fields: doubled until no unseen passage can win; one field: its top k is exact
-        assert min(rounds) == 5 and (max(rounds) >= 10) == (preset == "seakr")
+        assert min(rounds) == 5  # k first (then doubled only when tantivy's order is not Lucene's)
         # stemmed on seakr, so "queens games" matches there only
         assert (disk.search("queens games", 5) != []) == (preset == "seakr")
 
