@@ -13,7 +13,8 @@ them needs to talk to a language model, a corpus and a question set:
               prompt, batching, a prefix cache: the "Speed machinery" section at the end of the file);
               --plain routes them through reference()
 - hooks:      record_output() and add_to_output(), removed on exit even on an exception
-- retrieval:  load_corpus(), contexts_corpus(), BM25.search(query, k)
+- retrieval:  open_retriever(spec, preset) -> search(query, k) (retrieval.py: Lucene-parity BM25,
+              on-disk index, Elasticsearch), load_corpus(), contexts_corpus()
 - datasets:   load_dataset(name_or_path, limit)
 - run loop:   add_common_args(), run(): one JSON line per question, resume, summary
 """
@@ -37,7 +38,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from rank_bm25 import BM25Okapi
 from transformers.cache_utils import DynamicLayer
 
 class InputError(Exception):
@@ -246,14 +246,14 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "au
         return _LOADED[key]
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if name not in EMBEDDED and not Path(name).exists() and "/" not in name:
+        raise InputError(f"unknown model '{name}': use an embedded alias ({', '.join(EMBEDDED)}), "
+                         "a Hugging Face id or a local directory")
     if dtype == "auto":
         dtype, why = choose_dtype(device, cpu_flags() if device == "cpu" else "")
         if (dtype, why) not in _DTYPE_SAID:
             _DTYPE_SAID.add((dtype, why))
             print(f"--dtype auto: {dtype} ({why})", file=sys.stderr)
-    if name not in EMBEDDED and not Path(name).exists() and "/" not in name:
-        raise InputError(f"unknown model '{name}': use an embedded alias ({', '.join(EMBEDDED)}), "
-                         "a Hugging Face id or a local directory")
     path = _convert_embedded(name) if name in EMBEDDED else name
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tok = AutoTokenizer.from_pretrained(path)
@@ -603,8 +603,9 @@ def add_to_output(module, vector: torch.Tensor):
 # Retrieval
 # ---------------------------------------------------------------------------------------------
 
-# Common English function words, in the style of the usual English stop lists. The one-letter and
-# short pieces ("s", "t", "don", "ll", "ve") are what \w+ leaves of contractions such as "don't".
+# Common English function words, in the style of the usual English stop lists (the method files
+# filter queries and answers with it; retrieval itself uses each preset's analyzer). The one-letter
+# and short pieces ("s", "t", "don", "ll", "ve") are what \w+ leaves of contractions such as "don't".
 STOP_WORDS = frozenset("""
 a about above after again against ain all am an and any are aren as at be because been before
 being below between both but by can couldn d did didn do does doesn doing don down during each
@@ -616,13 +617,6 @@ this those through to too under until up ve very was wasn we were weren what whe
 while who whom why will with won wouldn y you your yours yourself yourselves
 """.split())
 
-_WORD = re.compile(r"\w+")
-
-
-def tokenize(text):
-    """Lower-cased word tokens (regex \\w+) with English stop words removed."""
-    return [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
-
 
 def load_corpus(path):
     """Read a passage corpus into a list of {"id", "title", "text"}, in file order.
@@ -631,24 +625,17 @@ def load_corpus(path):
     - DPR `psgs_w100.tsv`: tab-separated id, text, title with a header line; csv quoting.
     - JSONL {id, title, text} (the demo corpus, and DPR's passages converted to JSONL).
     - FlashRAG JSONL {id, contents: "\\"Title\\"\\ntext"} (its wiki-18 corpus is DPR's psgs_w100).
-    Everything is held in memory: fine up to a few million passages; for all of Wikipedia use a
-    search server behind the same `search(query, k)` interface (see BM25).
+    Everything is held in memory: fine up to a few hundred thousand passages; for all of Wikipedia
+    build an on-disk index once (`python retrieval.py build CORPUS INDEX_DIR`) or use es://.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path} not found; pass --corpus with an existing file or 'contexts'")
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        if path.suffix.lower() == ".tsv":
-            passages = _read_dpr_tsv(f, path)
-        else:
-            passages = _read_jsonl_corpus(f, path)
+    import retrieval
+    passages = list(retrieval.iter_passages(path))
     if not passages:
         raise InputError(f"{path} holds no passages; pass --corpus with a non-empty corpus file")
     return passages
 
 
 def _read_dpr_tsv(f, path):
-    passages = []
     reader = csv.reader(f, delimiter="\t")  # DPR quotes texts that hold quotes: "a ""b"" c"
     for row in reader:
         if not row or (reader.line_num == 1 and row[0] == "id"):
@@ -657,12 +644,11 @@ def _read_dpr_tsv(f, path):
             raise InputError(f"{path}:{reader.line_num}: expected 3 tab-separated columns "
                              f"(id, text, title), got {len(row)}; fix or remove that line")
         pid, text, title = row
-        passages.append({"id": pid, "title": title, "text": text})
-    return passages
+        yield {"id": pid, "title": title, "text": text}
 
 
 def _read_jsonl_corpus(f, path):
-    passages, flashrag = [], None
+    flashrag, n = None, 0
     for lineno, row in _jsonl_rows(f, path):
         if flashrag is None:  # the first line decides the format of the file
             if "contents" not in row and "text" not in row:
@@ -682,8 +668,8 @@ def _read_jsonl_corpus(f, path):
         except (KeyError, AttributeError) as e:
             raise InputError(f"{path}:{lineno}: passage lacks field {e} used by the first line; "
                              "fix or remove that line") from None
-        passages.append({"id": str(row.get("id", len(passages))), "title": title, "text": text})
-    return passages
+        yield {"id": str(row.get("id", n)), "title": title, "text": text}
+        n += 1
 
 
 def contexts_corpus(records):
@@ -698,47 +684,19 @@ def contexts_corpus(records):
     return list(pooled.values())
 
 
-class _LuceneIdfBM25(BM25Okapi):
-    """rank_bm25's Okapi BM25 with Lucene's (Elasticsearch's) IDF: log(1 + (N-n+0.5) / (n+0.5)).
-
-    subtle: rank_bm25's own IDF is log((N - n + 0.5) / (n + 0.5)); it is 0 for a term in exactly
-    half of the passages and negative above that, where rank_bm25 floors it to 0.25 x the mean IDF.
-    So a term in 3 of 4 passages can outweigh one in 2 of 4, and on a 2-passage corpus a query
-    word found in one passage scores 0. Lucene's IDF is positive and falls with n everywhere.
-    The term-frequency part of rank_bm25 already has Lucene's form (up to a constant (k1 + 1)
-    factor, which does not change the ranking), so rankings match Elasticsearch's BM25 up to
-    tokenization and Lucene's lossy one-byte encoding of passage lengths.
-    """
-
-    def _calc_idf(self, nd):
-        n = self.corpus_size
-        self.idf = {w: math.log(1 + (n - df + 0.5) / (df + 0.5)) for w, df in nd.items()}
+def open_retriever(spec, preset="seakr"):
+    """The one entry point to retrieval (see retrieval.py): a list of passages, a corpus file, an index
+    directory (`python retrieval.py build CORPUS INDEX_DIR`) or es://HOST:PORT/INDEX, opened with
+    the method's preset ("seakr": english analyzer, best_fields over title and txt; "ctrla":
+    standard analyzer, match on text). Returns an object with search(query, k) -> passages."""
+    import retrieval
+    return retrieval.open_retriever(spec, preset)
 
 
-class BM25:
-    """BM25 over passages indexed as title + " " + text with `tokenize`.
-
-    k1=1.2, b=0.75 are Elasticsearch's defaults, which the papers used through an Elasticsearch
-    index of Wikipedia; the IDF is Lucene's too (see _LuceneIdfBM25). Method files only call
-    `search(query, k) -> passages`, so a server-backed index (Elasticsearch, Pyserini) with the
-    same method can stand in for this in-memory one without touching them.
-    """
-
-    def __init__(self, passages, k1=1.2, b=0.75):
-        self.passages = list(passages)
-        docs = [tokenize(p["title"] + " " + p["text"]) for p in self.passages]
-        self.index = _LuceneIdfBM25(docs, k1=k1, b=b) if docs else None
-
-    def search(self, query, k):
-        """The top `k` passages for `query`: copies of the passage dicts with an added float
-        "score", best first, ties in corpus order. Only passages sharing a word with the query
-        (score > 0) are returned, so fewer than k may come back; [] for a stop-words-only query."""
-        terms = tokenize(query)
-        if not terms or self.index is None or k <= 0:
-            return []
-        scores = self.index.get_scores(terms)
-        top = np.argsort(-scores, kind="stable")[:k]  # stable sort keeps corpus order on ties
-        return [{**self.passages[i], "score": float(scores[i])} for i in top if scores[i] > 0]
+def BM25(passages, k1=1.2, b=0.75):
+    """In-memory BM25 over passages with the "seakr" preset (Lucene-parity; see retrieval.LocalBM25)."""
+    import retrieval
+    return retrieval.LocalBM25(passages, "seakr", k1=k1, b=b)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1090,8 +1048,10 @@ def check_inputs(args) -> list[dict]:
     Returns the questions. InputError with a one-line message otherwise."""
     records = load_questions(args)
     corpus = getattr(args, "corpus", None)
-    if corpus not in (None, "demo", "contexts") and not Path(corpus).is_file():
-        raise InputError(f"--corpus {corpus}: no such file; pass demo, contexts or the path of a corpus file")
+    if corpus not in (None, "demo", "contexts") and not str(corpus).startswith("es://") \
+            and not Path(corpus).exists():
+        raise InputError(f"--corpus {corpus}: no such file or index directory; pass demo, contexts, a corpus "
+                         "file, an index directory (python retrieval.py build CORPUS DIR) or es://HOST:PORT/INDEX")
     _check_writable(Path(args.output) if args.output else Path("outputs") / "x.jsonl")
     return records
 
@@ -1104,18 +1064,18 @@ def _check_writable(out: Path) -> None:
                          "pass --output with a writable path")
 
 
-def load_retriever(args, records: list[dict]) -> "BM25":
-    """BM25 over the corpus named by --corpus ('demo', 'contexts' or a file)."""
+def load_retriever(args, records: list[dict], preset: str = "seakr"):
+    """The retriever named by --corpus: 'demo', 'contexts' (the questions' own paragraphs), a corpus
+    file, an index directory or es://HOST:PORT/INDEX, opened with the method's preset."""
     if args.corpus == "contexts":
         passages = contexts_corpus(records)
         if not passages:
             raise InputError("--corpus contexts: the loaded questions carry no context paragraphs; "
                              "use --corpus demo or a corpus file")
-    elif args.corpus == "demo":
-        passages = load_corpus(DATA_DIR / "corpus.jsonl")
-    else:
-        passages = load_corpus(args.corpus)
-    return BM25(passages)
+        return open_retriever(passages, preset)
+    if args.corpus == "demo":
+        return open_retriever(str(DATA_DIR / "corpus.jsonl"), preset)
+    return open_retriever(args.corpus, preset)
 
 
 def question_seed(base: int, qid: str) -> int:

@@ -798,7 +798,7 @@ def main(argv=None):
     if args.check_features:
         check_features(Run(model, tok, feats, None, s), args.limit)
         return
-    bm25 = common.load_retriever(args, common.load_questions(args)) if s.retrieve else None
+    bm25 = common.load_retriever(args, common.load_questions(args), preset="ctrla") if s.retrieve else None
     run = Run(model, tok, feats, bm25, s)
     common.run(args, run_name(args, s), lambda rec: solve(run, rec))
 

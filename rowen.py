@@ -519,7 +519,7 @@ def main(argv=None):
                  target_language=args.target_language, seed=args.seed,
                  retrieve="never" if args.never_retrieve else "always" if args.always_retrieve else "adaptive")
     records = common.check_inputs(args)     # bad input fails here, before a model loads
-    bm25 = common.load_retriever(args, records)
+    bm25 = common.load_retriever(args, records, preset="seakr")  # no official index (Serper web search)
     main_lm = common.load_model(args.model, args.dtype, args.device)
     verifier_lm = common.load_model(args.verifier, args.dtype, args.device) if args.mode != "cl" else None
     common.run(args, run_name(args), lambda rec: solve(rec, main_lm, verifier_lm, bm25, s), records)

@@ -518,7 +518,7 @@ def main(argv=None):
             if sink:
                 sink.close()
         return
-    bm25 = common.load_retriever(args, records)
+    bm25 = common.load_retriever(args, records, preset="seakr")
     prefixes = {}
 
     def solve(rec):

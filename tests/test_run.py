@@ -200,7 +200,7 @@ def test_a_row_cut_short_is_recomputed_and_a_missing_newline_added(tmp_path):
 
 def test_check_inputs_before_the_model(tmp_path):
     assert len(common.check_inputs(make_args(tmp_path))) == 3
-    with pytest.raises(common.InputError, match="--corpus nope.jsonl: no such file; pass demo, contexts"):
+    with pytest.raises(common.InputError, match="--corpus nope.jsonl: no such file or index directory; pass demo, contexts"):
         common.check_inputs(make_args(tmp_path, corpus="nope.jsonl"))
     with pytest.raises(common.InputError, match=f"cannot write {tmp_path} \\(a directory\\)"):
         common.check_inputs(make_args(tmp_path, output=str(tmp_path)))
