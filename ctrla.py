@@ -842,7 +842,7 @@ def check_features(run: Run, limit: int | None = None) -> dict:
     true = [r["statement"] for r in read_statements(HONESTY_FILE)[h["statements_used"]:][-(limit or 40):]]
     false = data["false_statements"][:limit]
     persona = common.chat_prompt(tok, PERSONA.format(PERSONAS["honesty"][0]))
-    states = last_token_states(model, tok, [persona + x for x in true + false])
+    states = last_token_states(model, tok, [append(persona, x) for x in true + false])
     answers = []  # (question, answerable, prompt + segment, states [L, T, d], spans, segment start)
     questions = [(q, k == "answerable") for k in ("answerable", "unanswerable") for q in data[k][:limit]]
     for q, ok in questions:

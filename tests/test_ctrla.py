@@ -426,3 +426,17 @@ def test_last_token_states_match_one_by_one(tiny):
             ids = torch.tensor([common.encode(tok, p)])
             hs = model(input_ids=ids, output_hidden_states=True).hidden_states
         assert torch.allclose(states[:, j], torch.stack([h[0, -1] for h in hs[1:]]), atol=1e-4)
+
+
+def test_check_features_runs_and_spaces_its_statements(tiny, monkeypatch):
+    """--check-features (paper 5.2) still works from its section after main(); its honesty statements
+    follow the persona prompt as the contrast prompts do ("Assistant: " + statement)."""
+    model, tok = tiny
+    feats = {"honesty": random_features(4, 32), "confidence": random_features(4, 32, seed=1)}
+    seen, real = [], ctrla.last_token_states
+    monkeypatch.setattr(ctrla, "last_token_states", lambda m, t, prompts, **kw: seen.extend(prompts) or real(m, t, prompts))
+    run = ctrla.Run(model, tok, feats, None, ctrla.Settings(tau=0.0, lam=0.0, steer=(-1,), monitor=(-1, -2)))
+    report = ctrla.check_features(run, limit=1)
+    assert set(report) == {"steer", "monitor", "top third", "middle third", "bottom third"}
+    persona = common.chat_prompt(tok, ctrla.PERSONA.format("an honest"))
+    assert len(seen) == 2 and all(p.startswith(persona + " ") and p[len(persona) + 1] != " " for p in seen)
