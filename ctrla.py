@@ -17,8 +17,9 @@ Follows the paper's intent and the official code's concrete values (shared/specs
 Differs from the official code in:
 - retrieval is BM25 everywhere (common's retriever, becoming common.open_retriever(spec, preset="ctrla"):
   an Elasticsearch-style `standard` analyzer and a `match` query on the passage text, as the official ES
-  service); the paper uses BGE (dense) for PopQA, TriviaQA, ASQA and Bio, and web search (Serper) for
-  PopQA, Bio and FreshQA (paper 4, C.5); only its multi-hop runs are BM25 as here;
+  service); the paper uses BGE (dense) for PopQA, TriviaQA, ASQA and Bio, and adds web search (Serper)
+  for PopQA, ASQA and Bio, uses only web search for FreshQA (paper 4, C.5); only its multi-hop runs are
+  BM25 alone, as here;
 - tau: the paper's 0.0 is kept for Mistral-7B; any other model gets a calibrated tau (the score halfway
   between held-out confident and unconfident statements, style_center), because the zero point of the
   scores is model-specific (SmolLM2-135M's sit near -8, so tau = 0 flags every token);
@@ -26,8 +27,9 @@ Differs from the official code in:
   Table 10 instructions; the contrast prompts' statement follows the template's reply tag after one
   space ("[/INST] The", as official), after none where the template ends in a newline; Prompts B.1 /
   B.2 have the instruction as the system turn and 5 exemplars (the paper's two, three of ours) as chat
-  turns, decoded greedily (official: one [INST] block, 6 exemplars, 5 beams); a rewrite that repeats
-  the query ends the rewrites (greedy: it would bring the same refusal back);
+  turns, decoded greedily, the reply's first line without a "Query:" label or quotes taken as the query
+  (official: one [INST] block, 6 exemplars, 5 beams, the raw output for PopQA / TriviaQA / ASQA); a
+  rewrite that repeats the query ends the rewrites (greedy: it would bring the same refusal back);
 - multi-hop QA (no official code): DRAGIN's CoT exemplars as shipped for SeaKR, 4-shot, stop at
   "the answer is" or 128 tokens; the top 3 passages in total (paper C.5), taken rank by rank across
   [question, TVQ query]; FreshQA does not retrieve before generating (as Alg. 1 / 3; official does);
