@@ -59,6 +59,7 @@ import argparse
 import contextlib
 import copy
 import csv
+import functools
 import hashlib
 import json
 import random
@@ -359,21 +360,18 @@ _BOUNDARY = re.compile(r"[.!?]+[\"')\]]*(?=\s)|\n")
 SENTENCE_STOPS = (". ", "? ", "! ", ".\n", "?\n", "!\n")
 _ANSWER_IS = re.compile(r"the answer is\s*:?\s*(.*)", re.IGNORECASE | re.DOTALL)
 _CONTRACTION = r"n't\b|'(?:s|t|re|ve|m|d|ll)\b"
+_ASCII_PUNCT = str.maketrans("", "", string.punctuation)
 
 
+@functools.cache
 def stop_words() -> frozenset:
     """spaCy's English STOP_WORDS (326 entries; data/ctrla_stop_words.txt names its source), the
     official new-information filter's list, read once."""
-    if not _STOP:
-        try:
-            lines = STOP_FILE.read_text(encoding="utf-8").splitlines()
-        except OSError as e:
-            raise InputError(f"{STOP_FILE}: cannot read the stop list ({e!r}); restore data/") from None
-        _STOP.append(frozenset(w for w in lines if w and not w.startswith("#")))
-    return _STOP[0]
-
-
-_STOP: list = []
+    try:
+        lines = STOP_FILE.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise InputError(f"{STOP_FILE}: cannot read the stop list ({e!r}); restore data/") from None
+    return frozenset(w for w in lines if w and not w.startswith("#"))
 
 
 def clean_word(word: str) -> str:
@@ -383,9 +381,6 @@ def clean_word(word: str) -> str:
     word = re.split(_CONTRACTION, word.replace("\u2019", "'"), maxsplit=1)[0]
     word = word.translate(_ASCII_PUNCT)
     return "".join(c for c in word if not unicodedata.category(c).startswith("P")).lower()
-
-
-_ASCII_PUNCT = str.maketrans("", "", string.punctuation)
 
 
 def word_set(text: str) -> set[str]:
