@@ -440,3 +440,19 @@ def test_check_features_runs_and_spaces_its_statements(tiny, monkeypatch):
     assert set(report) == {"steer", "monitor", "top third", "middle third", "bottom third"}
     persona = common.chat_prompt(tok, ctrla.PERSONA.format("an honest"))
     assert len(seen) == 2 and all(p.startswith(persona + " ") and p[len(persona) + 1] != " " for p in seen)
+
+
+@pytest.mark.parametrize("kind", ["sentencepiece", "bytelevel"])
+def test_accepted_sentences_extend_the_prompt_by_their_own_tokens(kind, sp_tok, bpe_tok):
+    """The next segment's prompt (build_prompt, append) is the previous prompt's tokens + the accepted
+    sentence's tokens as the model writes them: "[/INST]" then "▁The" (Mistral), "assistant\\n" then
+    "The" (ChatML, byte-level BPE); each later sentence after one space ("▁So", "ĠSo")."""
+    tok = copy.deepcopy(sp_tok if kind == "sentencepiece" else bpe_tok)
+    tok.chat_template = MISTRAL_TEMPLATE if kind == "sentencepiece" else CHATML_TEMPLATE
+    second = "So the answer is Edward L. Cahn."
+    a, b, c = (common.encode(tok, ctrla.build_prompt(tok, "short", "Who directed it?", gen=gen))
+               for gen in ([], [FILM], [FILM, second]))
+    assert b[:len(a)] == a and c[:len(b)] == b
+    assert tok.convert_ids_to_tokens(b[len(a):]) == tok.tokenize(FILM)
+    space = "" if kind == "sentencepiece" else " "     # SentencePiece marks a word start itself
+    assert tok.convert_ids_to_tokens(c[len(b):]) == tok.tokenize(space + second)
