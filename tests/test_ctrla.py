@@ -456,3 +456,11 @@ def test_accepted_sentences_extend_the_prompt_by_their_own_tokens(kind, sp_tok, 
     assert tok.convert_ids_to_tokens(b[len(a):]) == tok.tokenize(FILM)
     space = "" if kind == "sentencepiece" else " "     # SentencePiece marks a word start itself
     assert tok.convert_ids_to_tokens(c[len(b):]) == tok.tokenize(space + second)
+
+
+def test_docstring_states_the_divergences():
+    """The "Differs from the official code in:" list names what this file does differently."""
+    differs = ctrla.__doc__.split("Differs from the official code in:")[1]
+    for phrase in ["BM25 everywhere", "open_retriever", "BGE", "Serper", "top 3 passages in total",
+                   "data/ctrla_stop_words.txt", "official phrase list", "resumes from the token ids"]:
+        assert phrase in " ".join(differs.split()), phrase
