@@ -1,6 +1,7 @@
 """CtrlA: the math on hand-made tensors; hooks, monitoring and the loop on tiny random models."""
 import argparse
 import copy
+import itertools
 import random
 from dataclasses import replace
 
@@ -464,3 +465,19 @@ def test_docstring_states_the_divergences():
     for phrase in ["BM25 everywhere", "open_retriever", "BGE", "Serper", "top 3 passages in total",
                    "data/ctrla_stop_words.txt", "official phrase list", "resumes from the token ids"]:
         assert phrase in " ".join(differs.split()), phrase
+
+
+def test_monitor_maps_tokens_to_words_on_both_kinds(tiny_real):
+    """Every token unconfident: the words flagged are the segment's new information, whatever the
+    tokenizer ("▁Cahn" or "ĠCahn", byte tokens for "Île"); the scored tokens cover the segment."""
+    model, tok = tiny_real
+    run = ctrla.Run(model, tok, {"confidence": random_features(4, 32)}, None,
+                    ctrla.Settings(tau=1e9, monitor=(-1, -2)))
+    question = "Who directed the film Laughter In Hell?"
+    prompt = ctrla.build_prompt(tok, "short", question)
+    for segment, want in [(FILM, ["Edward", "L.", "Cahn."]), ("It was shot in Île-de-France.", ["shot", "Île-de-France."])]:
+        text = ctrla.append(prompt, segment)
+        m = ctrla.monitor(run, text, len(text) - len(segment), question, [])
+        assert [segment[a:b] for a, b in m["flagged"]] == want
+        # byte tokens of one character share its span: count each span once
+        assert "".join(t for t, _ in itertools.groupby(m["tokens"])).strip() == segment
