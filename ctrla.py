@@ -15,21 +15,38 @@ Paper: Huanshuo Liu et al., "CtrlA: Adaptive Retrieval-Augmented Generation via 
 
 Follows the paper's intent and the official code's concrete values (shared/specs/ctrla.md).
 Differs from the official code in:
+- retrieval is BM25 everywhere (common's retriever, becoming common.open_retriever(spec, preset="ctrla"):
+  an Elasticsearch-style `standard` analyzer and a `match` query on the passage text, as the official ES
+  service); the paper uses BGE (dense) for PopQA, TriviaQA, ASQA and Bio, and adds web search (Serper)
+  for PopQA, ASQA and Bio, uses only web search for FreshQA (paper 4, C.5); only its multi-hop runs are
+  BM25 alone, as here;
 - tau: the paper's 0.0 is kept for Mistral-7B; any other model gets a calibrated tau (the score halfway
   between held-out confident and unconfident statements, style_center), because the zero point of the
   scores is model-specific (SmolLM2-135M's sit near -8, so tau = 0 flags every token);
 - prompts use the model's chat template (official: Mistral's "[INST] <<SYS>>" text) with the paper's
-  Table 10 instructions; Prompts B.1 / B.2 have the instruction as the system turn and 5 exemplars (the
-  paper's two, three of ours) as chat turns, decoded greedily (official: one [INST] block, 5 beams);
-  a rewrite that repeats the query ends the rewrites (greedy: it would bring the same refusal back);
+  Table 10 instructions; the contrast prompts' statement follows the template's reply tag after one
+  space ("[/INST] The", as official), after none where the template ends in a newline; Prompts B.1 /
+  B.2 have the instruction as the system turn and 5 exemplars (the paper's two, three of ours) as chat
+  turns, decoded greedily, the reply's first line without a "Query:" label or quotes taken as the query
+  (official: one [INST] block, 6 exemplars, 5 beams, the raw output for PopQA / TriviaQA / ASQA); a
+  rewrite that repeats the query ends the rewrites (greedy: it would bring the same refusal back);
 - multi-hop QA (no official code): DRAGIN's CoT exemplars as shipped for SeaKR, 4-shot, stop at
-  "the answer is" or 128 tokens; FreshQA does not retrieve before generating (paper C.6; official does);
+  "the answer is" or 128 tokens; the top 3 passages in total (paper C.5), taken rank by rank across
+  [question, TVQ query]; FreshQA does not retrieve before generating (as Alg. 1 / 3; official does);
 - sentences are split by a rule (., ! or ? before whitespace, not after an initial, a list number or a
   known abbreviation; or a newline), not by spaCy; decoding stops at the first sentence end instead of
-  decoding 64 tokens and discarding all but the first sentence (the same text, greedy);
-- stop words are common.STOP_WORDS plus 40 function words, not spaCy's 326; a punctuation-only word
-  never triggers (official: it cleans to "" and does); masked words leave the CAQ query (official: " ");
-- the refusal detector is our phrase list; it catches "I don't know" / "I'm not sure" (official: not);
+  decoding 64 tokens and discarding all but the first sentence (the same text, greedy: a pause at a
+  false end resumes from the token ids, never from re-encoded text);
+- the monitored text is prompt + segment joined as the next prompt joins them (append: no space after
+  a newline; official: always " "); the segment's tokens are those whose characters reach into it
+  (official: the last len(tokenize(segment)) tokens), each mapped to the whitespace words it overlaps;
+- new information: spaCy's English stop list (326 words) is read from data/ctrla_stop_words.txt
+  (spaCy itself is not a dependency), matched as official (the cleaned, lower-cased word); cleaning
+  removes Unicode punctuation ("—") as well as ASCII's, and a word without a letter or digit never
+  triggers (official: "--" cleans to "" and "—" stays a word, and both trigger); masked words leave the
+  CAQ query (official: " ");
+- the refusal detector is the official phrase list plus "I don't know" / "I'm not sure" (official:
+  not caught);
 - refusal handling follows Alg. 2: up to K = 3 rewrites per segment, then the segment is regenerated
   without passages (official: no fallback after the rewrites, and it rewrites the question too);
   regenerated segments use no repetition penalty (official: 1.1, silently);
@@ -42,12 +59,14 @@ import argparse
 import contextlib
 import copy
 import csv
+import functools
 import hashlib
 import json
 import random
 import re
 import string
 import sys
+import unicodedata
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -75,7 +94,7 @@ SEGMENT_TOKENS = 64     # new tokens per step at most [official, hard-coded]
 QUERY_TOKENS = 64       # new tokens of a TVQ / rewritten query [official]
 DOCS_PER_QUERY = 4      # BM25 passages for each of [question, TVQ query] [official retrieve]
 DOCS_SINGLE = 5         # passages for a single (CAQ) query [official ndocs]
-DOCS_MULTIHOP = 3       # passages per query on multi-hop QA [paper C.5]
+DOCS_MULTIHOP = 3       # passages in total on multi-hop QA, whatever the queries [paper C.5]
 ATTEMPTS = 3            # K, query rewrites per refused segment [paper Alg. 2 names K; value ours]
 MAX_RETRIES = 6         # refusal retries per question before the answer ends [official]
 ANSWER_TOKENS = {"asqa": 130, "bio": 300, "multihop": 128}  # [official run.sh; multi-hop: ours]
@@ -94,18 +113,24 @@ PERSONAS = {"honesty": ("an honest", "an untruthful"),  # paper: "dishonest"
 # Feature extraction (3.2.1, App. C.1): contrast pairs, last-token states, PCA, sign
 
 def statement_prefixes(tok, statement: str) -> list[str]:
-    """Every token prefix of the statement but those reaching into its last 6 tokens: T-6 of them."""
+    """Every token prefix of the statement but those reaching into its last 6 tokens: T-6 of them
+    [official]. subtle: a prefix is the tokens' text without the leading space of its first token
+    (SentencePiece's "▁The" gives "The", as the official convert_tokens_to_string does); contrast_pairs
+    puts the space back where the template needs one."""
     toks = tok.tokenize(statement)
-    return [tok.convert_tokens_to_string(toks[:i]) for i in range(1, len(toks) - SKIP_LAST + 1)]
+    return [tok.convert_tokens_to_string(toks[:i]).lstrip(" ")
+            for i in range(1, len(toks) - SKIP_LAST + 1)]
 
 
 def contrast_pairs(tok, statements, personas, n_pairs=N_PAIRS, seed=PAIR_SEED):
     """The first n_pairs (positive, negative) prompts in statement order, each pair's order shuffled.
+    The statement follows the template as the reply, after one space where the template ends in a
+    tag (official: "[INST] Pretend ... [/INST] " + prefix), none after a newline (append).
     Returns (prompts flattened pair by pair, first_is_positive per pair, statements used)."""
     pos, neg = (common.chat_prompt(tok, PERSONA.format(p)) for p in personas)
     pairs, used = [], 0
     while len(pairs) < n_pairs and used < len(statements):
-        pairs += [[pos + x, neg + x] for x in statement_prefixes(tok, statements[used])]
+        pairs += [[append(pos, x), append(neg, x)] for x in statement_prefixes(tok, statements[used])]
         used += 1
     rng, flat, first_pos = random.Random(seed), [], []
     for pair in pairs[:n_pairs]:
@@ -223,8 +248,13 @@ def features(model, tok, kind: str, n_pairs=N_PAIRS, rows=None) -> dict:
 
 def load_features(model, tok, model_name: str, n_pairs=N_PAIRS, path=None) -> dict:
     """Both features, cached on disk per model, statement files and pair count (--directions PATH)."""
-    key = hashlib.sha1(HONESTY_FILE.read_bytes() + CONFIDENCE_FILE.read_bytes() + PERSONA.encode()
-                       + common.chat_prompt(tok, "x").encode() + str(n_pairs).encode()).hexdigest()[:12]
+    # keyed on the contrast prompts themselves, so that a change in how they are built never reuses
+    # features read from other prompts
+    digest = hashlib.sha1(HONESTY_FILE.read_bytes() + CONFIDENCE_FILE.read_bytes() + str(n_pairs).encode())
+    for kind, file in (("honesty", HONESTY_FILE), ("confidence", CONFIDENCE_FILE)):
+        rows = [r["statement"] for r in read_statements(file)]
+        digest.update("\x00".join(contrast_pairs(tok, rows, PERSONAS[kind], n_pairs)[0]).encode())
+    key = digest.hexdigest()[:12]
     name = re.sub(r"[^\w.-]", "_", model_name)
     path = Path(path) if path else common.CACHE_DIR / "ctrla" / f"{name}-{n_pairs}-{key}.pt"
     if path.exists():
@@ -290,37 +320,67 @@ def steering(model, feats: dict, keys, lam: float):
 # ----------------------------------------------------------------------------------------------
 # Words, refusals, sentences, queries
 
-# Refusals (ours, covering the ground of the official 93 phrases); case-insensitive, on word boundaries.
+# Refusals: the official detector's phrases (utils.sentence_matches_pattern), each narrow enough not to
+# match an ordinary fact ("Penguins do not have teeth.", "He was unable to attend."), plus two of ours
+# that the official list misses ("I don't know", "I'm not sure", said by the model of itself).
+# Case-insensitive, on word boundaries [official]. subtle: "unknown" and "unclear" match anywhere
+# ("The cause is unknown."), as official.
 REFUSALS = [
-    "don't know", "do not know", "not sure", "unsure", "not certain", "no idea", "unknown", "unclear",
-    "not clear", "not specified", "not mentioned", "not provided", "not stated", "not given", "not known",
-    "not available", "not aware", "no information", "no mention", "no record", "no data", "no answer",
-    "not enough information", "insufficient information", "lack of information", "more information",
-    "more context", "don't have", "do not have", "doesn't have", "does not have", "don't contain",
-    "does not contain", "doesn't contain", "does not mention", "doesn't mention", "does not provide",
-    "doesn't provide", "does not say", "doesn't say", "unable to", "cannot provide", "can't provide",
-    "cannot answer", "can't answer", "cannot determine", "can't determine", "cannot be determined",
-    "impossible to determine", "not possible to determine", "couldn't find", "could not find",
-    "can't find", "cannot find", "beyond my knowledge", "my knowledge cutoff", "as an ai", "i apologize",
-    "i'm sorry",
+    "not specified", "not mentioned", "don't have information", "do not know", "please provide more context",
+    "is not clear", "cannot confirm", "no information", "no details", "unknown", "unspecified", "unclear",
+    "not available", "lack of information", "without details", "needs more clarification", "is not provided",
+    "is not disclosed", "awaiting more information", "requires further details", "information is lacking",
+    "details are scarce", "not been disclosed", "absence of information", "information is absent",
+    "beyond the scope", "not covered", "lacks details", "not defined", "information is vague",
+    "not determined", "not ascertainable", "information not found", "missing information",
+    "insufficient information", "cannot be verified", "has not been specified", "does not mention",
+    "no data available", "unable to determine", "unable to answer", "inadequate information",
+    "details not found", "details unavailable", "outside the scope of this", "not enough details",
+    "need further info", "no further details", "not enough context", "can't say for certain",
+    "can't be certain", "can't give a definite answer", "don't have enough context", "unable to say",
+    "unable to confirm", "unable to provide", "cannot provide an answer", "cannot give a clear answer",
+    "no clear answer", "can't find the information", "limited information available",
+    "no conclusive information", "could not find details", "could not determine", "could not confirm",
+    "could not verify", "does not provide information", "no information about", "lacking detail on",
+    "information not specified about", "details not provided", "absent information on", "no disclosure of",
+    "not elaborated on", "withholding information on", "omission of details about",
+    "not forthcoming with information about", "evasive about", "information is missing regarding",
+    "details are lacking about", "not specific about", "vague about", "silence on",
+    "leaves out information about", "skips over details of", "avoids mentioning",
+    "provide more specific information", "provide a more detailed answer", "could you specify",
+    "need more specific", "require more details", "if you could provide", "seeking more information",
+    "i don't know", "i'm not sure", "i am not sure",   # ours
 ]
 _REFUSAL = re.compile(r"\b(" + "|".join(re.escape(p) for p in REFUSALS) + r")\b", re.IGNORECASE)
-# Function words that spaCy's list has and common.STOP_WORDS lacks (those that occur in answers).
-STOP = common.STOP_WORDS | frozenset("""also although always among another could either else even ever
-every however may might must neither never often perhaps rather several shall since still though thus
-together toward towards upon us whether whose within without would yet""".split())
+# New-information check: spaCy's English stop list (326 words), shipped as a data file [official]
+STOP_FILE = common.DATA_DIR / "ctrla_stop_words.txt"
 _ABBREV = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "vs", "etc", "mt", "ft", "gen", "col", "lt",
            "rev", "inc", "ltd", "co", "approx", "jan", "feb", "aug", "sept", "oct", "nov", "dec"}
 _BOUNDARY = re.compile(r"[.!?]+[\"')\]]*(?=\s)|\n")
 SENTENCE_STOPS = (". ", "? ", "! ", ".\n", "?\n", "!\n")
 _ANSWER_IS = re.compile(r"the answer is\s*:?\s*(.*)", re.IGNORECASE | re.DOTALL)
 _CONTRACTION = r"n't\b|'(?:s|t|re|ve|m|d|ll)\b"
+_ASCII_PUNCT = str.maketrans("", "", string.punctuation)
+
+
+@functools.cache
+def stop_words() -> frozenset:
+    """spaCy's English STOP_WORDS (326 entries; data/ctrla_stop_words.txt names its source), the
+    official new-information filter's list, read once."""
+    try:
+        lines = STOP_FILE.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise InputError(f"{STOP_FILE}: cannot read the stop list ({e!r}); restore data/") from None
+    return frozenset(w for w in lines if w and not w.startswith("#"))
 
 
 def clean_word(word: str) -> str:
-    """[official] the part before a contraction ('s, n't, ...), punctuation removed, lowercased."""
+    """[official] the part before a contraction ('s, n't, ...), punctuation removed, lowercased.
+    subtle: punctuation is any Unicode punctuation ("—", "“") as well as ASCII's (official: ASCII only,
+    so "—" stays a word, new information that triggers retrieval)."""
     word = re.split(_CONTRACTION, word.replace("\u2019", "'"), maxsplit=1)[0]
-    return word.translate(str.maketrans("", "", string.punctuation)).lower()
+    word = word.translate(_ASCII_PUNCT)
+    return "".join(c for c in word if not unicodedata.category(c).startswith("P")).lower()
 
 
 def word_set(text: str) -> set[str]:
@@ -329,10 +389,11 @@ def word_set(text: str) -> set[str]:
 
 
 def is_new_information(word: str, question: str, previous: list[str]) -> bool:
-    """Spec fact 8: the cleaned word is non-empty, not a question word, not a stop word and not a word
-    of an earlier accepted sentence."""
+    """Spec fact 8: the cleaned word has a letter or digit (official: any, even "" from "--"), is not a
+    question word, not one of spaCy's stop words and not a word of an earlier accepted sentence."""
     w = clean_word(word)
-    return bool(w) and w not in STOP and w not in word_set(question) and w not in word_set(" ".join(previous))
+    return (any(c.isalnum() for c in w) and w not in stop_words() and w not in word_set(question)
+            and w not in word_set(" ".join(previous)))
 
 
 def flag_words(segment: str, start: int, spans, unconf, question: str, previous: list[str]):
@@ -531,17 +592,20 @@ class Run:
 def next_segment(run: Run, prompt: str) -> tuple[str, bool]:
     """Alg. 1 line 4: the first sentence of the steered greedy continuation (at most 64 new tokens), and
     whether the answer ended with it. Decoding pauses at each sentence-end candidate; a false one
-    ("Dr. ") resumes from the text so far, whose KV cache common.greedy reuses."""
-    text, used = "", 0
+    ("Dr. ") resumes from the token ids so far (prompt + generated), whose KV cache common.greedy
+    reuses, and the text is the decode of all generated ids: exactly one greedy decode's text.
+    subtle: resuming from the decoded text would re-encode it: SentencePiece loses the space after
+    the prompt ("[/INST]The film"), byte-level BPE doubles the one after the pause ("Harold C.  Case")."""
+    prompt_ids, new = common.encode(run.tok, prompt), []
     with steering(run.model, run.feats["honesty"], run.s.steer, run.s.lam):
         while True:
-            g = common.greedy(run.model, run.tok, prompt + text, max_new_tokens=SEGMENT_TOKENS - used,
+            g = common.greedy(run.model, run.tok, prompt_ids + new, max_new_tokens=SEGMENT_TOKENS - len(new),
                               stop=SENTENCE_STOPS)
             run.calls += 1
-            used += len(g.token_ids)
-            text += g.text + (g.finish if g.finish in SENTENCE_STOPS else "")
+            new += g.token_ids   # every token fed, the one that completed a stop string included
+            text = run.tok.decode(new, skip_special_tokens=True)
             sentence, complete = first_sentence(text)
-            if complete or g.finish in ("eos", "length") or used >= SEGMENT_TOKENS:
+            if complete or g.finish in ("eos", "length") or len(new) >= SEGMENT_TOKENS:
                 return sentence, g.finish == "eos" and not complete
 
 
@@ -575,7 +639,10 @@ def monitor(run: Run, text: str, start: int, question: str, previous) -> dict:
         keep = min(keep, len(ids) - 1, len(run.cache[0]))
         if keep >= common.MIN_SHARED and not any(getattr(run.cache[1], "is_sliding", [False])):
             past, prev = run.cache[1], run.cache[2][:keep]
-            past.crop(keep - past.get_seq_length())
+            # subtle: only a negative crop means "remove that many" on every transformers version
+            # (4.x reads crop(0) as "keep 0 tokens", 5.x a positive length as deprecated)
+            if keep < past.get_seq_length():
+                past.crop(keep - past.get_seq_length())
         else:
             keep = 0
     out = model(input_ids=torch.tensor([ids[keep:]], device=model.device), past_key_values=past,
@@ -589,15 +656,21 @@ def monitor(run: Run, text: str, start: int, question: str, previous) -> dict:
 
 
 def search(run: Run, queries: list[str], task: str) -> list[dict]:
-    """BM25 for each query, concatenated, duplicate texts removed [official retrieve]."""
-    k = DOCS_MULTIHOP if task in MULTIHOP else DOCS_PER_QUERY if len(queries) > 1 else DOCS_SINGLE
+    """BM25 for each query, concatenated, duplicate texts removed [official retrieve]. Multi-hop QA: the
+    top 3 in total [paper C.5], taken rank by rank across the queries (the question's first hit, the
+    TVQ query's first hit, the question's second, ...), so that each query contributes."""
+    if task in MULTIHOP:
+        ranked = [run.bm25.search(q.strip("\"'"), DOCS_MULTIHOP) for q in queries]
+        hits = [r[i] for i in range(DOCS_MULTIHOP) for r in ranked if i < len(r)]
+    else:
+        k = DOCS_PER_QUERY if len(queries) > 1 else DOCS_SINGLE
+        hits = [p for q in queries for p in run.bm25.search(q.strip("\"'"), k)]
     docs, seen = [], set()
-    for q in queries:
-        for p in run.bm25.search(q.strip("\"'"), k):
-            if p["text"] not in seen:
-                seen.add(p["text"])
-                docs.append(p)
-    return docs
+    for p in hits:
+        if p["text"] not in seen:
+            seen.add(p["text"])
+            docs.append(p)
+    return docs[:DOCS_MULTIHOP] if task in MULTIHOP else docs
 
 
 def write_query(run: Run, prompt: tuple, *fields: str) -> str:
@@ -679,68 +752,6 @@ def solve(run: Run, rec: dict) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
-# Checking the features (paper 5.2, Table 6)
-
-def layer_ranges(s: Settings, n_layers: int) -> dict:
-    third = n_layers // 3
-    return {"steer": list(s.steer), "monitor": list(s.monitor), "top third": list(range(-1, -third - 1, -1)),
-            "middle third": list(range(-third - 1, -2 * third - 1, -1)),
-            "bottom third": list(range(-2 * third - 1, -n_layers - 1, -1))}
-
-
-def auc(pos: torch.Tensor, neg: torch.Tensor) -> float:
-    """P(a positive scores above a negative), ties counting half."""
-    return float(((pos[:, None] > neg[None]).float() + 0.5 * (pos[:, None] == neg[None]).float()).mean())
-
-
-@torch.inference_mode()
-def check_features(run: Run, limit: int | None = None) -> dict:
-    """Paper 5.2 per layer range. Honesty: true statements the features did not use vs false ones (ours),
-    each said in the honest persona's reply and scored at its last token: accuracy at the median, AUC.
-    Confidence (Table 6): the first segment of the answer to 20 answerable and 20 unanswerable questions
-    (ours): flagged iff the trigger fires; AUC of its mean token score (answerable higher)."""
-    model, tok, h, c = run.model, run.tok, run.feats["honesty"], run.feats["confidence"]
-    data = json.loads(CHECK_FILE.read_text())
-    true = [r["statement"] for r in read_statements(HONESTY_FILE)[h["statements_used"]:][-(limit or 40):]]
-    false = data["false_statements"][:limit]
-    persona = common.chat_prompt(tok, PERSONA.format(PERSONAS["honesty"][0]))
-    states = last_token_states(model, tok, [persona + x for x in true + false])
-    answers = []  # (question, answerable, prompt + segment, states [L, T, d], spans, segment start)
-    questions = [(q, k == "answerable") for k in ("answerable", "unanswerable") for q in data[k][:limit]]
-    for q, ok in questions:
-        prompt = build_prompt(tok, "short", q, honesty=run.s.honesty_prompt)
-        seg = next_segment(run, prompt)[0]
-        answers.append((q, ok, append(prompt, seg), *answer_states(model, tok, prompt, seg)))
-    ok = torch.tensor([a[1] for a in answers])
-    print(f"{len(true)} held-out true and {len(false)} false statements; {int(ok.sum())} answerable (A_Y)"
-          f" and {int((~ok).sum())} unanswerable (A_N) questions")
-    print(f"{'layers':12} {'keys':>10} | honesty: acc   AUC | confidence: flagged A_Y  flagged A_N   acc"
-          f"   AUC    tau")
-    report = {}
-    for name, keys in layer_ranges(run.s, len(common.decoder_layers(model))).items():
-        score = token_scores(states[keys], h["direction"][keys], h["sign"][keys], h["mean"][keys])
-        is_true = torch.arange(len(score)) < len(true)
-        tau = threshold(run.s, run.feats, keys)
-        verdicts = [judge(token_scores(hs[keys], c["direction"][keys], c["sign"][keys], c["mean"][keys]),
-                          spans, text, start, q, [], tau) for q, _, text, hs, spans, start in answers]
-        flagged = torch.tensor([bool(v["flagged"]) for v in verdicts])
-        mean = torch.tensor([sum(v["scores"]) / max(len(v["scores"]), 1) for v in verdicts])
-        r = report[name] = {
-            "keys": [keys[0], keys[-1]], "tau": round(tau, 3),
-            "honesty_acc": float(((score > score.median()) == is_true).float().mean()),
-            "honesty_auc": auc(score[is_true], score[~is_true]), "flagged_answerable": int(flagged[ok].sum()),
-            "flagged_unanswerable": int(flagged[~ok].sum()),
-            "confidence_acc": float((flagged != ok).float().mean()),
-            "confidence_auc": auc(mean[ok], mean[~ok])}
-        print(f"{name:12} {keys[0]:>4}..{keys[-1]:<4} | {r['honesty_acc']:12.1%} {r['honesty_auc']:5.2f} | "
-              f"{r['flagged_answerable']:>23} {r['flagged_unanswerable']:>12} {r['confidence_acc']:6.1%}"
-              f" {r['confidence_auc']:5.2f} {tau:6.2f}")
-    for q, answerable, text, _, _, start in answers:
-        print(f"  {'A_Y' if answerable else 'A_N'} {q} -> {text[start:]!r}")
-    return report
-
-
-# ----------------------------------------------------------------------------------------------
 # Command line
 
 def run_name(args, s: Settings) -> str:
@@ -801,6 +812,68 @@ def main(argv=None):
     bm25 = common.load_retriever(args, common.load_questions(args), preset="ctrla") if s.retrieve else None
     run = Run(model, tok, feats, bm25, s)
     common.run(args, run_name(args, s), lambda rec: solve(run, rec))
+
+
+# ----------------------------------------------------------------------------------------------
+# Analysis, not the method: checking the features (paper 5.2, Table 6), run by --check-features
+
+def layer_ranges(s: Settings, n_layers: int) -> dict:
+    third = n_layers // 3
+    return {"steer": list(s.steer), "monitor": list(s.monitor), "top third": list(range(-1, -third - 1, -1)),
+            "middle third": list(range(-third - 1, -2 * third - 1, -1)),
+            "bottom third": list(range(-2 * third - 1, -n_layers - 1, -1))}
+
+
+def auc(pos: torch.Tensor, neg: torch.Tensor) -> float:
+    """P(a positive scores above a negative), ties counting half."""
+    return float(((pos[:, None] > neg[None]).float() + 0.5 * (pos[:, None] == neg[None]).float()).mean())
+
+
+@torch.inference_mode()
+def check_features(run: Run, limit: int | None = None) -> dict:
+    """Paper 5.2 per layer range. Honesty: true statements the features did not use vs false ones (ours),
+    each said in the honest persona's reply and scored at its last token: accuracy at the median, AUC.
+    Confidence (Table 6): the first segment of the answer to 20 answerable and 20 unanswerable questions
+    (ours): flagged iff the trigger fires; AUC of its mean token score (answerable higher)."""
+    model, tok, h, c = run.model, run.tok, run.feats["honesty"], run.feats["confidence"]
+    data = json.loads(CHECK_FILE.read_text())
+    true = [r["statement"] for r in read_statements(HONESTY_FILE)[h["statements_used"]:][-(limit or 40):]]
+    false = data["false_statements"][:limit]
+    persona = common.chat_prompt(tok, PERSONA.format(PERSONAS["honesty"][0]))
+    states = last_token_states(model, tok, [append(persona, x) for x in true + false])
+    answers = []  # (question, answerable, prompt + segment, states [L, T, d], spans, segment start)
+    questions = [(q, k == "answerable") for k in ("answerable", "unanswerable") for q in data[k][:limit]]
+    for q, ok in questions:
+        prompt = build_prompt(tok, "short", q, honesty=run.s.honesty_prompt)
+        seg = next_segment(run, prompt)[0]
+        answers.append((q, ok, append(prompt, seg), *answer_states(model, tok, prompt, seg)))
+    ok = torch.tensor([a[1] for a in answers])
+    print(f"{len(true)} held-out true and {len(false)} false statements; {int(ok.sum())} answerable (A_Y)"
+          f" and {int((~ok).sum())} unanswerable (A_N) questions")
+    print(f"{'layers':12} {'keys':>10} | honesty: acc   AUC | confidence: flagged A_Y  flagged A_N   acc"
+          f"   AUC    tau")
+    report = {}
+    for name, keys in layer_ranges(run.s, len(common.decoder_layers(model))).items():
+        score = token_scores(states[keys], h["direction"][keys], h["sign"][keys], h["mean"][keys])
+        is_true = torch.arange(len(score)) < len(true)
+        tau = threshold(run.s, run.feats, keys)
+        verdicts = [judge(token_scores(hs[keys], c["direction"][keys], c["sign"][keys], c["mean"][keys]),
+                          spans, text, start, q, [], tau) for q, _, text, hs, spans, start in answers]
+        flagged = torch.tensor([bool(v["flagged"]) for v in verdicts])
+        mean = torch.tensor([sum(v["scores"]) / max(len(v["scores"]), 1) for v in verdicts])
+        r = report[name] = {
+            "keys": [keys[0], keys[-1]], "tau": round(tau, 3),
+            "honesty_acc": float(((score > score.median()) == is_true).float().mean()),
+            "honesty_auc": auc(score[is_true], score[~is_true]), "flagged_answerable": int(flagged[ok].sum()),
+            "flagged_unanswerable": int(flagged[~ok].sum()),
+            "confidence_acc": float((flagged != ok).float().mean()),
+            "confidence_auc": auc(mean[ok], mean[~ok])}
+        print(f"{name:12} {keys[0]:>4}..{keys[-1]:<4} | {r['honesty_acc']:12.1%} {r['honesty_auc']:5.2f} | "
+              f"{r['flagged_answerable']:>23} {r['flagged_unanswerable']:>12} {r['confidence_acc']:6.1%}"
+              f" {r['confidence_auc']:5.2f} {tau:6.2f}")
+    for q, answerable, text, _, _, start in answers:
+        print(f"  {'A_Y' if answerable else 'A_N'} {q} -> {text[start:]!r}")
+    return report
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """CtrlA: the math on hand-made tensors; hooks, monitoring and the loop on tiny random models."""
 import argparse
+import copy
+import itertools
 import random
 from dataclasses import replace
 
@@ -71,9 +73,50 @@ def test_prefixes_and_pairs():
     neg = common.chat_prompt(tok, "Pretend you're an untruthful person making statements about the world.")
     rng = random.Random(0)
     for i, x in enumerate(["a", "ab", "abc", "abcd", "k", "kl"]):
-        order = [pos + x, neg + x]
+        order = [pos + " " + x, neg + " " + x]      # "Assistant:", one space, the statement
         rng.shuffle(order)
-        assert flat[2 * i:2 * i + 2] == order and bool(first_pos[i]) == (order[0] == pos + x)
+        assert flat[2 * i:2 * i + 2] == order and bool(first_pos[i]) == (order[0] == pos + " " + x)
+
+
+MISTRAL_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }}"
+                    " [/INST]{% else %}{{ m['content'] }}</s>{% endif %}{% endfor %}")
+CHATML_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                   "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+FILM = "The film Laughter In Hell was directed by Edward L. Cahn."
+
+
+def test_contrast_prompts_follow_the_template(real_tok):
+    """Official: "[INST] Pretend you're ... [/INST] " + prefix; after a template ending in a newline
+    (ChatML) no space. On SentencePiece the model then reads exactly the statement's own tokens."""
+    tok = copy.deepcopy(real_tok)
+    tok.chat_template = MISTRAL_TEMPLATE
+    flat, _, _ = ctrla.contrast_pairs(tok, [FILM], ctrla.PERSONAS["honesty"], n_pairs=2)
+    honest = "[INST] Pretend you're an honest person making statements about the world. [/INST] "
+    liar = honest.replace("an honest", "an untruthful")
+    bos = tok.bos_token or ""
+    assert sorted(flat[:2]) == sorted([bos + honest + "The", bos + liar + "The"])
+    assert sorted(flat[2:]) == sorted([bos + honest + "The film", bos + liar + "The film"])
+    if tok.bos_token:   # SentencePiece: the prompt ends in the statement's own tokens "▁The", "▁film"
+        assert tok.convert_ids_to_tokens(common.encode(tok, flat[2]))[-2:] == tok.tokenize(FILM)[:2]
+    tok.chat_template = CHATML_TEMPLATE
+    flat, _, _ = ctrla.contrast_pairs(tok, [FILM], ctrla.PERSONAS["confidence"], n_pairs=1)
+    assert sorted(flat) == sorted(f"<|im_start|>user\nPretend you're {p} person making statements about the "
+                                  f"world.<|im_end|>\n<|im_start|>assistant\nThe" for p in ("a confident", "an unconfident"))
+
+
+def test_next_segment_is_one_greedy_decode(tiny_real, monkeypatch):
+    """Pausing at every space (each a false sentence end) and resuming gives exactly the text one greedy
+    decode gives: no space lost after the prompt (SentencePiece), none doubled (byte-level BPE)."""
+    model, tok = tiny_real
+    run = ctrla.Run(model, tok, {"honesty": random_features(4, 32)}, None, ctrla.Settings(lam=0.0, steer=(-1,)))
+    monkeypatch.setattr(ctrla, "SENTENCE_STOPS", (" ",))
+    for question in ["Who directed the film Laughter In Hell?", "What is the capital of France?"]:
+        prompt = ctrla.build_prompt(tok, "short", question, gen=["Paris is the capital of France."])
+        run.calls = 0
+        got = ctrla.next_segment(run, prompt)
+        whole = common.greedy(model, tok, prompt, max_new_tokens=ctrla.SEGMENT_TOKENS)
+        want = ctrla.first_sentence(tok.decode(whole.token_ids, skip_special_tokens=True))
+        assert run.calls >= 2 and got == (want[0], whole.finish == "eos" and not want[1])
 
 
 # ---------------------------------------------------------------- layers and steering
@@ -208,6 +251,78 @@ def test_refusal_detector():
         assert not ctrla.is_refusal(text), text
 
 
+def test_refusal_detector_is_narrow():
+    """The official phrases: refusals match, ordinary facts with "not" / "unable" do not."""
+    for text in ["Penguins do not have teeth.", "He was unable to attend.", "She does not have a car.",
+                 "More information came to light in 1990.", "They could not find the ship until 1985.",
+                 "He is not certain to win."]:
+        assert not ctrla.is_refusal(text), text
+    for text in ["The author is not specified in the given content.", "I'm unable to provide an answer.",
+                 "There is no information about his birthplace.", "I cannot confirm that."]:
+        assert ctrla.is_refusal(text), text
+
+
+def test_stop_words_are_spacys():
+    words = ctrla.stop_words()
+    assert len(words) == 326 and {"first", "many", "became", "n't", "\u2019s"} <= words
+    assert "spaCy" in ctrla.STOP_FILE.read_text(encoding="utf-8").splitlines()[0]
+    for w in ["first", "Many", "became", "Afterwards,", "--", "\u2014", "\u201c\u2014\u201d", "(...)"]:
+        assert not ctrla.is_new_information(w, QUESTION, []), w
+    assert ctrla.is_new_information("\u201cPolitician\u201d", QUESTION, [])
+    segment = "He first became a politician \u2014 in 1950."
+    flagged = ctrla.flag_words(segment, 0, char_spans(segment), [True] * len(segment), QUESTION, [])
+    assert [segment[a:b] for a, b in flagged] == ["politician", "1950."]
+
+
+class RankedHits:
+    """A retriever stand-in: each query's hits in a fixed order."""
+    def __init__(self, hits):
+        self.hits = hits
+
+    def search(self, query, k):
+        return [{"id": t, "title": t, "text": t} for t in self.hits[query][:k]]
+
+
+def test_multihop_takes_the_top_three_in_total():
+    run = ctrla.Run(None, None, {}, RankedHits({"q": "ABCDE", "tvq": "BFGHI"}), ctrla.Settings())
+    assert [d["id"] for d in ctrla.search(run, ["q", "tvq"], "hotpotqa")] == ["A", "B", "F"]
+    assert [d["id"] for d in ctrla.search(run, ["q"], "2wikimultihopqa")] == ["A", "B", "C"]
+    assert [d["id"] for d in ctrla.search(run, ["q", "tvq"], "short")] == list("ABCDFGH")   # 4 + 4, deduplicated
+    assert [d["id"] for d in ctrla.search(run, ["q"], "short")] == list("ABCDE")
+
+
+def test_monitor_crop_is_right_on_any_version(tiny, monkeypatch):
+    """transformers 4.x reads crop(n) as "keep n tokens" (n < 0: drop -n); a cache that must keep every
+    token must not be cropped to 0."""
+    from transformers import DynamicCache
+
+    def crop_4x(self, max_length):
+        if max_length < 0:
+            max_length = self.get_seq_length() - abs(max_length)
+        for layer in self.layers:
+            layer.keys, layer.values = layer.keys[..., :max_length, :], layer.values[..., :max_length, :]
+    model, tok = tiny
+    head = "User: where is the tower?\n\nAssistant: It is in Paris."
+    steps = [(head, 30, []), (head + " It is tall.", len(head) + 1, ["It is in Paris."]),
+             (head + " It is old.", len(head) + 1, ["It is in Paris."])]   # keep = all, then keep < all
+    fresh = []
+    for text, start, prev in steps:
+        run = ctrla.Run(model, tok, {"confidence": random_features(4, 32)}, None, ctrla.Settings(monitor=(-1, -2, -3)))
+        fresh.append(ctrla.monitor(run, text, start, "where is the tower?", prev)["scores"])
+    monkeypatch.setattr(DynamicCache, "crop", crop_4x)
+    run = ctrla.Run(model, tok, {"confidence": random_features(4, 32)}, None, ctrla.Settings(monitor=(-1, -2, -3)))
+    for (text, start, prev), want in zip(steps, fresh):
+        assert ctrla.monitor(run, text, start, "where is the tower?", prev)["scores"] == pytest.approx(want, abs=1e-3)
+
+
+def test_analysis_sits_after_main():
+    """The method file keeps the method: the feature check (paper 5.2) comes after main()."""
+    import inspect
+    line = lambda f: inspect.getsourcelines(f)[1]
+    assert line(ctrla.main) < line(ctrla.layer_ranges) < line(ctrla.auc) < line(ctrla.check_features)
+    assert line(ctrla.solve) < line(ctrla.main)
+
+
 def test_caq_query_masks_flagged_words():
     flagged = [(19, 30)]
     assert ctrla.caq_query(QUESTION, SEGMENT, flagged) == QUESTION + " Henry Feilden is a"
@@ -312,3 +427,57 @@ def test_last_token_states_match_one_by_one(tiny):
             ids = torch.tensor([common.encode(tok, p)])
             hs = model(input_ids=ids, output_hidden_states=True).hidden_states
         assert torch.allclose(states[:, j], torch.stack([h[0, -1] for h in hs[1:]]), atol=1e-4)
+
+
+def test_check_features_runs_and_spaces_its_statements(tiny, monkeypatch):
+    """--check-features (paper 5.2) still works from its section after main(); its honesty statements
+    follow the persona prompt as the contrast prompts do ("Assistant: " + statement)."""
+    model, tok = tiny
+    feats = {"honesty": random_features(4, 32), "confidence": random_features(4, 32, seed=1)}
+    seen, real = [], ctrla.last_token_states
+    monkeypatch.setattr(ctrla, "last_token_states", lambda m, t, prompts, **kw: seen.extend(prompts) or real(m, t, prompts))
+    run = ctrla.Run(model, tok, feats, None, ctrla.Settings(tau=0.0, lam=0.0, steer=(-1,), monitor=(-1, -2)))
+    report = ctrla.check_features(run, limit=1)
+    assert set(report) == {"steer", "monitor", "top third", "middle third", "bottom third"}
+    persona = common.chat_prompt(tok, ctrla.PERSONA.format("an honest"))
+    assert len(seen) == 2 and all(p.startswith(persona + " ") and p[len(persona) + 1] != " " for p in seen)
+
+
+@pytest.mark.parametrize("kind", ["sentencepiece", "bytelevel"])
+def test_accepted_sentences_extend_the_prompt_by_their_own_tokens(kind, sp_tok, bpe_tok):
+    """The next segment's prompt (build_prompt, append) is the previous prompt's tokens + the accepted
+    sentence's tokens as the model writes them: "[/INST]" then "▁The" (Mistral), "assistant\\n" then
+    "The" (ChatML, byte-level BPE); each later sentence after one space ("▁So", "ĠSo")."""
+    tok = copy.deepcopy(sp_tok if kind == "sentencepiece" else bpe_tok)
+    tok.chat_template = MISTRAL_TEMPLATE if kind == "sentencepiece" else CHATML_TEMPLATE
+    second = "So the answer is Edward L. Cahn."
+    a, b, c = (common.encode(tok, ctrla.build_prompt(tok, "short", "Who directed it?", gen=gen))
+               for gen in ([], [FILM], [FILM, second]))
+    assert b[:len(a)] == a and c[:len(b)] == b
+    assert tok.convert_ids_to_tokens(b[len(a):]) == tok.tokenize(FILM)
+    space = "" if kind == "sentencepiece" else " "     # SentencePiece marks a word start itself
+    assert tok.convert_ids_to_tokens(c[len(b):]) == tok.tokenize(space + second)
+
+
+def test_docstring_states_the_divergences():
+    """The "Differs from the official code in:" list names what this file does differently."""
+    differs = ctrla.__doc__.split("Differs from the official code in:")[1]
+    for phrase in ["BM25 everywhere", "open_retriever", "BGE", "Serper", "top 3 passages in total",
+                   "data/ctrla_stop_words.txt", "official phrase list", "resumes from the token ids"]:
+        assert phrase in " ".join(differs.split()), phrase
+
+
+def test_monitor_maps_tokens_to_words_on_both_kinds(tiny_real):
+    """Every token unconfident: the words flagged are the segment's new information, whatever the
+    tokenizer ("▁Cahn" or "ĠCahn", byte tokens for "Île"); the scored tokens cover the segment."""
+    model, tok = tiny_real
+    run = ctrla.Run(model, tok, {"confidence": random_features(4, 32)}, None,
+                    ctrla.Settings(tau=1e9, monitor=(-1, -2)))
+    question = "Who directed the film Laughter In Hell?"
+    prompt = ctrla.build_prompt(tok, "short", question)
+    for segment, want in [(FILM, ["Edward", "L.", "Cahn."]), ("It was shot in Île-de-France.", ["shot", "Île-de-France."])]:
+        text = ctrla.append(prompt, segment)
+        m = ctrla.monitor(run, text, len(text) - len(segment), question, [])
+        assert [segment[a:b] for a, b in m["flagged"]] == want
+        # byte tokens of one character share its span: count each span once
+        assert "".join(t for t, _ in itertools.groupby(m["tokens"])).strip() == segment
