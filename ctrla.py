@@ -15,9 +15,9 @@ Paper: Huanshuo Liu et al., "CtrlA: Adaptive Retrieval-Augmented Generation via 
 
 Follows the paper's intent and the official code's concrete values (shared/specs/ctrla.md).
 Differs from the official code in:
-- retrieval is BM25 everywhere (common's retriever, becoming common.open_retriever(spec, preset="ctrla"):
-  an Elasticsearch-style `standard` analyzer and a `match` query on the passage text, as the official ES
-  service); the paper uses BGE (dense) for PopQA, TriviaQA, ASQA and Bio, and adds web search (Serper)
+- retrieval is BM25 everywhere (common.open_retriever(spec, preset="ctrla"): Lucene's `standard`
+  analyzer and a `match` query on the passage text, as the official Elasticsearch service, computed
+  locally or sent to an existing Elasticsearch index); the paper uses BGE (dense) for PopQA, TriviaQA, ASQA and Bio, and adds web search (Serper)
   for PopQA, ASQA and Bio, uses only web search for FreshQA (paper 4, C.5); only its multi-hop runs are
   BM25 alone, as here;
 - tau: the paper's 0.0 is kept for Mistral-7B; any other model gets a calibrated tau (the score halfway
