@@ -5,7 +5,7 @@ The method in five lines:
 2. Stage 2: M writes k = 6 semantically equivalent questions x^j (T = 1.0) and answers each (r^j, Eq. 1);
    M answers each translated into Chinese (r_T^j, Eq. 2); a verifier model M_V answers each (r_V^j, Eq. 3).
 3. M judges each pair (Tables 2, 3): Z_CL, Z_CM = mean verdicts (Eq. 4, 5); hybrid Z = Z_CL + alpha Z_CM (Eq. 6).
-4. If Z >= threshold, r0 is final. Otherwise each x^j is a search query, BM25 top 2 each, evidence "q? passage".
+4. If Z >= threshold, r0 is final. Otherwise each x^j is a search query, top 2 passages each, evidence "q? passage".
 5. Stage 3: M repairs r0 from x0, t0, r0 and the evidence (Eq. 7); its output is the final answer.
 
 Paper: Hanxing Ding, Liang Pang, Zihao Wei, Huawei Shen, Xueqi Cheng. "Rowen: Adaptive Retrieval-Augmented
@@ -13,11 +13,13 @@ Generation for Hallucination Mitigation in LLMs" (SIGIR-AP 2025, doi:10.1145/376
 dhx20150812/Rowen (gpt-3.5-turbo-0613 as M, qwen-max as M_V, Google Serper as search).
 
 Models: M answers, paraphrases, translates, judges and repairs: it must follow instructions in a chat
-template and answer in the target language (paper 5.3 chose Qwen models for their Chinese), so the default MODEL is
-to be a Qwen chat model. M_V only answers the English questions (Eq. 3): it must be instruction-tuned and,
-for the check to mean anything, of another family than M (paper 4.3: qwen-max, "a large instruction-
-tuned model for chat service", with gpt-3.5; paper 5.3: Llama-3-8B-Instruct with Qwen); the default is SmolLM2-135M-Instruct. A model without a chat template gets the same
-turns as a plain "User:/Assistant:" transcript (common.chat_prompt), which a base model continues poorly.
+template and answer in the target language (paper 5.3 chose Qwen models for their Chinese), so the
+default MODEL is to be a Qwen chat model. M_V only answers the English questions (Eq. 3): it must be
+instruction-tuned and, for the check to mean anything, of another family than M (paper 4.3: qwen-max,
+"a large instruction-tuned model for chat service", with gpt-3.5; paper 5.3: Llama-3-8B-Instruct with
+Qwen); the default VERIFIER is SmolLM2-135M-Instruct. A model without a chat template gets the same
+turns as a plain "User:/Assistant:" transcript (common.chat_prompt), which a base model continues poorly
+(Gemma-3-270M as M_V began 202 of 225 answers with "I am"/"I'm" in results/hotpotqa50).
 
 Follows the paper's intent, its prompts (Tables 1-3) and the official code's concrete values
 (shared/specs/rowen.md); the other prompts are ours, written for the same purpose.
@@ -25,6 +27,8 @@ Differs from the official code in:
 - models are local Hugging Face models (MODEL and VERIFIER below) instead of gpt-3.5-turbo-0613 and
   qwen-max; BM25 over a local corpus stands in for the Serper web search, its top 2 per query for
   Serper's at most int(5/2) = 2 snippets (official _parse_results);
+- the perturbation prompt is the sentence paper 3.2.1 prints, with the question on the next line (the
+  official template words it differently and ends in a "SEMANTICALLY EQUIVALENT PERTERBATIONS:" label);
 - perturbations: numbering, bullets and quotes are stripped, empty and header lines ("...:") dropped, at
   most k kept (official: every output line, blanks and "Sure! Here are..." included, no cap); if none is
   left, x0 itself is the only question;
@@ -37,7 +41,7 @@ Differs from the official code in:
   as the paper gives none (see default_threshold);
 - answers are cleaned (clean_answer): a leading label echoed from the prompt ("Your Short Answer:",
   "**Answer:**", "你的简短回答：") is stripped, and short answers, labels and queries keep their first line
-  (official: the raw stripped text is the answer);
+  (official: the raw stripped text is the answer); a translation keeps its first line too;
 - StrategyQA search queries are reformulated greedily (paper 4.3 "otherwise 0.0"; official T = 1.0) and
   only their first line is kept; a passage found by several queries enters the evidence once, as "title: text";
 - every call has a token cap (official: none); the verifier's StrategyQA final prompt is filled in (official
@@ -76,16 +80,17 @@ THRESHOLDS = {"cl": 0.6,     # retrieve iff Z < threshold [paper 5.4, Fig. 4(a):
               "hybrid": 0.5}  # on Z in [0, 1 + alpha]; the paper gives none [official --threshold 0.5]
 TOP_K = 2                    # passages per search query [official Serper parser keeps int(5/2) = 2]
 TARGET_LANGUAGE = "Chinese"  # [paper 4.3: English -> Chinese; Table 7 also German and French]
-MODEL = common.DEFAULT_MODEL  # M; must answer in the target language [paper 5.3: Qwen for Chinese]
+MODEL = common.DEFAULT_MODEL  # M: Rowen's main model must answer in the target language, so a Qwen
+                             # chat model once common.py has one [paper 5.3: Qwen for Chinese]
 VERIFIER = "smollm2-135m"    # M_V: SmolLM2-135M-Instruct, an instruction-tuned chat model of another family
-                             # than M [paper 4.3: qwen-max-0428; 5.3: Llama-3-8B-Instruct]
+                             # than the Qwen M [paper 4.3: qwen-max-0428; 5.3: Llama-3-8B-Instruct]
 SYSTEM = "You are a helpful assistant."    # [official construct_input_message]
 MAX_TOKENS = {"cot": 512, "short": 64, "perturb": 256, "translate": 128, "check": 8,
               "repair": 256, "reformulate": 64}  # per call [spec section 0; official: no limit]
 
 # ----------------------------------------------------------------------------------------------
 # Prompts. Table 1 (CoT), Table 2 (cross-language check), Table 3 (cross-model check) and the
-# perturbation prompt (3.2.1) are the paper's; the others are ours, written to do what the official
+# perturbation sentence (3.2.1) are the paper's; the others are ours, written to do what the official
 # prompts do (spec sections 1-3) without copying their wording.
 
 COT = {  # Stage 1 (Table 1): the chain of thought
@@ -109,7 +114,8 @@ FINAL = {  # Stage 1, second turn: the short answer (the TruthfulQA one shows no
     "strategyqa": "From the reasoning above, answer the question \"{question}\" with a single word: True or False. Give no explanation.",
     "qa": "From the reasoning above, give the answer to the question in a few words (a name, a date, a number, yes or no), with no explanation.",
 }
-PERTURB = "For the question [QUERIED QUESTION], provide {k} semantically equivalent questions.\nQUERIED QUESTION: {question}\nSEMANTICALLY EQUIVALENT PERTURBATIONS:\n"  # paper 3.2.1
+# the sentence paper 3.2.1 prints; the question follows on a line of its own, as in the official template
+PERTURB = "For the question [ORIGINAL QUESTION], please provide {k} semantically equivalent questions.\nORIGINAL QUESTION: {question}"
 TRANSLATE = "Translate this sentence into {language}. Reply with the translation only:\n{text}"  # ours
 CHECK_CL = "Given the question Q, and two potential answers: answer A in English and answer B in {language}. Your task is to determine if the content and meaning of A and B are equivalent in the context of answering Q. Consider linguistic nuances, cultural variations, and the overall conveyance of information. Respond with a binary classification. If A and B are equivalent, output 'True.', otherwise output 'False'\n\nQuestion: {q}\nAnswer A (in English): {a1}\nAnswer B (in {language}): {a2}\nYour response (True or False):"
 # Table 3's instruction; the layout of the two pairs is ours

@@ -320,7 +320,8 @@ def test_call_counts_and_batch_sizes(monkeypatch, tiny):
     # the perturbation is the one sampled call: k = 1 continuation at T = 1.0, seeded per question
     assert (script.sampled["k"], script.sampled["temperature"]) == (1, 1.0)
     assert script.sampled["seed"] == common.question_seed(0, "t1")
-    assert "provide 6 semantically equivalent questions.\nQUERIED QUESTION: " + TQA["question"] in script.sampled["prompt"]
+    assert ("please provide 6 semantically equivalent questions.\nORIGINAL QUESTION: " + TQA["question"]
+            in script.sampled["prompt"])        # paper 3.2.1's sentence
     out, script = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, mode="cl", threshold=0.0)
     assert out["model_calls"] == 3 + 6 * n and out["trace"]["calls"]["verifier"] == 0
 
