@@ -53,6 +53,8 @@ Differs from the official code in:
   an instruction, not in an answer label the model could copy, and the repair prompt restates the
   question last; NQ, TriviaQA, HotpotQA and 2WikiMultihopQA (paper Table 6 has NQ and TriviaQA, with no
   official runner) use the TruthfulQA prompts with a short answer;
+- the official prompts' typos ("Answwer B", "PERTERBATIONS") are not kept, and the CL judge's prompt
+  names the target language given (official: "Chinese" written in);
 - --never-retrieve / --always-retrieve still run the detection, so the trace shows what Z decided;
 - call order: the perturbation and the translations come first, so that M answers x0, the x^j and
   the translated x^j in one batch, and judges all pairs in one batch (greedy and per-question seeds:
