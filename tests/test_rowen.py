@@ -161,7 +161,11 @@ def test_models_and_chat_turns(monkeypatch):
     # M_V is an instruction-tuned chat model of its own family; M is the --model default
     assert rowen.VERIFIER == "smollm2-135m" and rowen.MODEL == common.DEFAULT_MODEL
     seen = {}
-    monkeypatch.setattr(common, "load_questions", lambda args: seen.setdefault("args", args) and (_ for _ in ()).throw(SystemExit))
+
+    def stop_before_loading(args):      # the parsed arguments, before any model loads
+        seen["args"] = args
+        raise SystemExit
+    monkeypatch.setattr(common, "load_questions", stop_before_loading)
     with pytest.raises(SystemExit):
         rowen.main(["--dataset", "truthfulqa", "--limit", "1"])
     assert seen["args"].model == rowen.MODEL and seen["args"].verifier == "smollm2-135m"
