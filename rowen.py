@@ -460,8 +460,9 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
         prompt = REPAIR[task].format(question=x0, initial_long_answer=t0, initial_short_answer=r0,
                                      evidences="\n".join(evidence))
         cap = s.max_tokens["repair" if task == "truthfulqa" else "short"]
-        final = clean_answer(ask(main_lm, [prompt], cap, calls, "main")[0], task)
-        trace.update(queries=queries, evidence=evidence)
+        repair_output = ask(main_lm, [prompt], cap, calls, "main")[0]
+        final = clean_answer(repair_output, task)
+        trace.update(queries=queries, evidence=evidence, repair_output=repair_output)   # raw, before clean_answer
     trace.update(final_answer=final, calls=calls)
     prediction = yes_no_label(final) if yn else final
     return {"prediction": prediction, "retrievals": len(queries), "model_calls": sum(calls.values()), "trace": trace}

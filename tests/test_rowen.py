@@ -140,6 +140,7 @@ def test_strategyqa_label_on_its_own_line_is_read(monkeypatch, tiny):
     rules = {**SQA_RULES, "M": [("Search results:", "Your final answer (True or False):\nFalse")] + SQA_RULES["M"]}
     out, _ = run_scripted(monkeypatch, tiny, rules, SQA, threshold=1.1)
     assert out["trace"]["final_answer"] == "False" and out["prediction"] == "no"
+    assert out["trace"]["repair_output"] == "Your final answer (True or False):\nFalse"      # kept raw
 
 
 def test_own_prompts_end_in_an_instruction_and_the_repair_asks_the_question_last():
