@@ -5,35 +5,56 @@ The method in five lines:
 2. Stage 2: M writes k = 6 semantically equivalent questions x^j (T = 1.0) and answers each (r^j, Eq. 1);
    M answers each translated into Chinese (r_T^j, Eq. 2); a verifier model M_V answers each (r_V^j, Eq. 3).
 3. M judges each pair (Tables 2, 3): Z_CL, Z_CM = mean verdicts (Eq. 4, 5); hybrid Z = Z_CL + alpha Z_CM (Eq. 6).
-4. If Z >= threshold, r0 is final. Otherwise each x^j is a search query, BM25 top 2 each, evidence "q? passage".
+4. If Z >= threshold, r0 is final. Otherwise each x^j is a search query, top 2 passages each, evidence "q? passage".
 5. Stage 3: M repairs r0 from x0, t0, r0 and the evidence (Eq. 7); its output is the final answer.
 
 Paper: Hanxing Ding, Liang Pang, Zihao Wei, Huawei Shen, Xueqi Cheng. "Rowen: Adaptive Retrieval-Augmented
 Generation for Hallucination Mitigation in LLMs" (SIGIR-AP 2025, doi:10.1145/3767695.3769500). Official code:
 dhx20150812/Rowen (gpt-3.5-turbo-0613 as M, qwen-max as M_V, Google Serper as search).
 
+Models: M answers, paraphrases, translates, judges and repairs: it must follow instructions in a chat
+template and answer in the target language (paper 5.3 chose Qwen models for their Chinese), so the
+default MODEL is to be a Qwen chat model. M_V only answers the English questions (Eq. 3): it must be
+instruction-tuned and, for the check to mean anything, of another family than M (paper 4.3: qwen-max,
+"a large instruction-tuned model for chat service", with gpt-3.5; paper 5.3: Llama-3-8B-Instruct with
+Qwen); the default VERIFIER is SmolLM2-135M-Instruct. A model without a chat template gets the same
+turns as a plain "User:/Assistant:" transcript (common.chat_prompt), which a base model continues poorly
+(Gemma-3-270M as M_V began 202 of 225 answers with "I am"/"I'm" in results/hotpotqa50).
+
 Follows the paper's intent, its prompts (Tables 1-3) and the official code's concrete values
 (shared/specs/rowen.md); the other prompts are ours, written for the same purpose.
 Differs from the official code in:
-- models are local (M = SmolLM2-135M-Instruct, M_V = Gemma-3-270M by default) and search is BM25 over a
-  local corpus; BM25's top 2 stands in for Serper's at most int(5/2) = 2 snippets per query;
+- models are local Hugging Face models (MODEL and VERIFIER below) instead of gpt-3.5-turbo-0613 and
+  qwen-max; BM25 over a local corpus stands in for the Serper web search, its top 2 per query for
+  Serper's at most int(5/2) = 2 snippets (official _parse_results);
+- the perturbation prompt is the sentence paper 3.2.1 prints, with the question on the next line (the
+  official template words it differently and ends in a "SEMANTICALLY EQUIVALENT PERTERBATIONS:" label);
 - perturbations: numbering, bullets and quotes are stripped, empty and header lines ("...:") dropped, at
   most k kept (official: every output line, blanks and "Sure! Here are..." included, no cap); if none is
   left, x0 itself is the only question;
-- True/False verdicts are read strictly (read_yes_no): every yes/no word must agree, "not" flips, else
+- True/False verdicts are read strictly (read_yes_no): every yes/no word must agree, a negation ("not",
+  "never", "n't") flips the word after it, single-character Chinese words count only standing alone; else
   None, which counts as not consistent. The official `is_supported` reads "No." and "" as True;
 - StrategyQA compares labels without a judge, as the official code does, but with the same strict reader
   in both languages (official `is_supported_zh` reads "否，不是" as True); unreadable labels never agree;
-- thresholds default per mode: 0.6 CL and 0.8 CM (paper 5.4; official 0.5 everywhere); hybrid
-  0.6 + alpha * 0.8 (the paper gives none, see default_threshold);
+- thresholds: 0.6 CL and 0.8 CM (paper 5.4; official 0.5 everywhere); hybrid 0.5, the official default,
+  as the paper gives none (see default_threshold);
+- answers are cleaned (clean_answer): a leading label echoed from the prompt ("Your Short Answer:",
+  "**Answer:**", "你的简短回答：") is stripped, and short answers, labels and queries keep their first line
+  (official: the raw stripped text is the answer); a translation keeps its first line too;
 - StrategyQA search queries are reformulated greedily (paper 4.3 "otherwise 0.0"; official T = 1.0) and
   only their first line is kept; a passage found by several queries enters the evidence once, as "title: text";
 - every call has a token cap (official: none); the verifier's StrategyQA final prompt is filled in (official
   sends a literal "{question}"); TruthfulQA --mode cm works (official NameError); no item is dropped
-  on an error (official StrategyQA: try/except: pass);
+  on an error (official StrategyQA: try/except: pass); the perturbed questions are translated in the
+  target language given (official: Chinese hard-coded);
 - prompts outside the paper's Tables 1-3 are our own wording (StrategyQA reasoning, short answers,
-  translation, query reformulation, repair, and every target-language prompt); NQ,
-  TriviaQA and HotpotQA (paper Table 6, no official runner) use the TruthfulQA prompts with a short answer;
+  translation, query reformulation, repair, and every target-language prompt); our own prompts end in
+  an instruction, not in an answer label the model could copy, and the repair prompt restates the
+  question last; NQ, TriviaQA, HotpotQA and 2WikiMultihopQA (paper Table 6 has NQ and TriviaQA, with no
+  official runner) use the TruthfulQA prompts with a short answer;
+- the official prompts' typos ("Answwer B", "PERTERBATIONS") are not kept, and the CL judge's prompt
+  names the target language given (official: "Chinese" written in);
 - --never-retrieve / --always-retrieve still run the detection, so the trace shows what Z decided;
 - call order: the perturbation and the translations come first, so that M answers x0, the x^j and
   the translated x^j in one batch, and judges all pairs in one batch (greedy and per-question seeds:
@@ -43,26 +64,35 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from dataclasses import dataclass, field
 
 import common
+import eval as metrics
+# re-read a --mode hybrid run at other modes and thresholds (benchmarks/run_all.py, --modes-from)
+from eval import at_threshold, detection_quality, modes_from_run  # noqa: F401
 
 # ----------------------------------------------------------------------------------------------
 # Settings (source in brackets)
 K = 6                        # perturbed questions per question [paper 4.3 and 5.4; official --k 6]
 PERTURB_TEMPERATURE = 1.0    # the one sampled call; every other call is greedy [paper 4.3; official]
 ALPHA = 1.0                  # weight of Z_CM in the hybrid score, range 0.25-1.5 [paper 5.4; official --alpha]
-PAPER_THRESHOLDS = {"cl": 0.6, "cm": 0.8}  # retrieve iff Z < threshold [paper 5.4, Fig. 4(a)]
+THRESHOLDS = {"cl": 0.6,     # retrieve iff Z < threshold [paper 5.4, Fig. 4(a): Rowen-CL's best]
+              "cm": 0.8,     # [paper 5.4, Fig. 4(a): Rowen-CM's best]
+              "hybrid": 0.5}  # on Z in [0, 1 + alpha]; the paper gives none [official --threshold 0.5]
 TOP_K = 2                    # passages per search query [official Serper parser keeps int(5/2) = 2]
 TARGET_LANGUAGE = "Chinese"  # [paper 4.3: English -> Chinese; Table 7 also German and French]
-VERIFIER = "gemma3-270m"     # M_V [paper: qwen-max-0428; any Hugging Face id works]
+MODEL = common.DEFAULT_MODEL  # M: Rowen's main model must answer in the target language, so a Qwen
+                             # chat model once common.py has one [paper 5.3: Qwen for Chinese]
+VERIFIER = "smollm2-135m"    # M_V: SmolLM2-135M-Instruct, an instruction-tuned chat model of another family
+                             # than the Qwen M [paper 4.3: qwen-max-0428; 5.3: Llama-3-8B-Instruct]
 SYSTEM = "You are a helpful assistant."    # [official construct_input_message]
 MAX_TOKENS = {"cot": 512, "short": 64, "perturb": 256, "translate": 128, "check": 8,
               "repair": 256, "reformulate": 64}  # per call [spec section 0; official: no limit]
 
 # ----------------------------------------------------------------------------------------------
 # Prompts. Table 1 (CoT), Table 2 (cross-language check), Table 3 (cross-model check) and the
-# perturbation prompt (3.2.1) are the paper's; the others are ours, written to do what the official
+# perturbation sentence (3.2.1) are the paper's; the others are ours, written to do what the official
 # prompts do (spec sections 1-3) without copying their wording.
 
 COT = {  # Stage 1 (Table 1): the chain of thought
@@ -79,34 +109,37 @@ First name the facts the question depends on, including any it takes for granted
 Your reasoning and verdict:""",
 }
 COT["qa"] = COT["truthfulqa"]
+# Our own prompts end in the instruction, not in an answer label ("Your Short Answer:"): a chat model
+# answers a user turn, and a label at its end is what a small one copies into its reply.
 FINAL = {  # Stage 1, second turn: the short answer (the TruthfulQA one shows no question, as official)
-    "truthfulqa": "From the reasoning above, state the answer to my question briefly and directly, in one sentence, without extra detail.\nYour Short Answer:",
-    "strategyqa": "From the reasoning above, answer the question \"{question}\" with a single word: True or False. Give no explanation.\nYour Final Answer (True or False):",
-    "qa": "From the reasoning above, give the answer to the question in a few words (a name, a date, a number, yes or no), with no explanation.\nYour Short Answer:",
+    "truthfulqa": "From the reasoning above, state the answer to my question briefly and directly, in one sentence, without extra detail.",
+    "strategyqa": "From the reasoning above, answer the question \"{question}\" with a single word: True or False. Give no explanation.",
+    "qa": "From the reasoning above, give the answer to the question in a few words (a name, a date, a number, yes or no), with no explanation.",
 }
-PERTURB = "For the question [QUERIED QUESTION], provide {k} semantically equivalent questions.\nQUERIED QUESTION: {question}\nSEMANTICALLY EQUIVALENT PERTURBATIONS:\n"  # paper 3.2.1
+# the sentence paper 3.2.1 prints; the question follows on a line of its own, as in the official template
+PERTURB = "For the question [ORIGINAL QUESTION], please provide {k} semantically equivalent questions.\nORIGINAL QUESTION: {question}"
 TRANSLATE = "Translate this sentence into {language}. Reply with the translation only:\n{text}"  # ours
 CHECK_CL = "Given the question Q, and two potential answers: answer A in English and answer B in {language}. Your task is to determine if the content and meaning of A and B are equivalent in the context of answering Q. Consider linguistic nuances, cultural variations, and the overall conveyance of information. Respond with a binary classification. If A and B are equivalent, output 'True.', otherwise output 'False'\n\nQuestion: {q}\nAnswer A (in English): {a1}\nAnswer B (in {language}): {a2}\nYour response (True or False):"
 # Table 3's instruction; the layout of the two pairs is ours
 CHECK_CM = "Are the following two Question-Answer(QA) pairs semantically equivalent? Provide your best guess that it is correct (True or False). Given ONLY the guess (True or False), no other words or explanation.\n\n[QA pair 1]\nQuestion: {q}\nAnswer: {a1}\n\n[QA pair 2]\nQuestion: {q}\nAnswer: {a2}\n\nYour Answer:"
-REFORMULATE = """Turn this question into a short search-engine query: keep only the key names and terms it needs to be answered, drop everything else.
+REFORMULATE = """Question: {question}
 
-Original Question: {question}
-
-Your Short Rephrased Query:"""  # ours
-_REPAIR = """Revise an earlier answer with the help of retrieved evidence.
-
-Question: {question}
-Earlier reasoning: {initial_long_answer}
-Earlier short answer: {initial_short_answer}
-Retrieved evidence:
+Turn this question into a short search-engine query: keep only the key names and terms it needs to be answered, drop everything else. Reply with the query only."""  # ours
+# subtle: the question comes last, right before what to write, so that the model answers it; an earlier
+# version ended in advice about the evidence, which a small model copied as its answer.
+_REPAIR = """Search results:
 {evidences}
 
-Where the evidence contradicts the earlier answer, trust the evidence; where it is silent, keep what the reasoning supports. """  # ours, the inputs of Eq. 7
+An earlier attempt at the question below reasoned: {initial_long_answer}
+Its answer was: {initial_short_answer}
+That answer may be wrong. Check it against the search results and correct it where they show it is wrong.
+
+Question: {question}
+"""  # ours, the inputs of Eq. 7
 REPAIR = {  # Stage 3 (Eq. 7)
-    "truthfulqa": _REPAIR + "Write the corrected answer as one short, accurate sentence.\nYour revised short answer:",
-    "strategyqa": _REPAIR + "Answer the question with True or False only, no explanation.\nYour revised answer (True or False):",
-    "qa": _REPAIR + "Write only the corrected answer, in a few words.\nYour revised short answer:",
+    "truthfulqa": _REPAIR + "Answer the question in one short, accurate sentence.",
+    "strategyqa": _REPAIR + "Answer the question with True or False only, no explanation.",
+    "qa": _REPAIR + "Answer the question in a few words (a name, a date, a number, yes or no), with no explanation.",
 }
 # Target-language prompts, all ours: Chinese (the paper's target) and Table 7's others; "cot" renders
 # Table 1, the others render our English prompts.
@@ -114,24 +147,24 @@ REPAIR = {  # Stage 3 (Eq. 7)
 TARGET = {
     "Chinese": {  # ours, the same requests as the English prompts
         "cot": "回答我的问题之前，请先判断问题所依据的信息或假设是否成立。确认之后，再给出详细的解释或回答。准确和核实事实优先于展开论述或猜测。\n\n我的问题：{question}\n\n你的回答：",
-        "final": "根据上面的思考，用一句话简短、直接地回答这个问题，不要添加多余的信息。\n\n你的简短回答：",
+        "final": "根据上面的思考，用一句话简短、直接地回答这个问题，不要添加多余的信息。",
         "cot_yn": "请一步一步地思考这个是非题。\n\n问题：{question}\n\n先指出问题依赖的事实（包括默认的前提），把它拆成几个小问题并逐一回答，再把这些答案合理地联系起来，检查结论，最后给出明确的判断。\n\n你的推理和判断：",
-        "final_yn": "根据上面的思考，只用一个字回答问题【{question}】：是或否。不要解释。\n\n你的回答（是或否）：",
+        "final_yn": "根据上面的思考，只用一个字回答问题【{question}】：是或否。不要解释。",
     },
     "German": {
         "cot": "Wenn du meine Frage beantwortest, prüfe bitte zuerst, ob die Informationen oder Annahmen, auf denen die Frage beruht, zutreffen. Sobald du ihre Richtigkeit oder Existenz festgestellt hast, gib eine ausführliche Erklärung oder Antwort. Stelle Genauigkeit und Faktenprüfung vor Ausführungen oder Vermutungen.\n\nMeine Frage: {question}\n\nDeine Antwort:",
-        "final": "Beantworte meine Frage auf Grundlage der obigen Überlegungen kurz und direkt in einem Satz, ohne zusätzliche Details.\n\nDeine kurze Antwort:",
-        "final_yn": "Beantworte die Frage „{question}“ auf Grundlage der obigen Überlegungen mit einem einzigen Wort: Ja oder Nein. Gib keine Erklärung.\n\nDeine Antwort (Ja oder Nein):",
+        "final": "Beantworte meine Frage auf Grundlage der obigen Überlegungen kurz und direkt in einem Satz, ohne zusätzliche Details.",
+        "final_yn": "Beantworte die Frage „{question}“ auf Grundlage der obigen Überlegungen mit einem einzigen Wort: Ja oder Nein. Gib keine Erklärung.",
     },
     "French": {
         "cot": "Lorsque tu réponds à ma question, évalue d'abord la validité des informations ou de l'hypothèse sur lesquelles elle repose. Une fois leur véracité ou leur existence établie, donne une explication ou une réponse détaillée. Privilégie l'exactitude et la vérification des faits avant de développer ou de faire des conjectures.\n\nMa question : {question}\n\nTa réponse :",
-        "final": "À partir du raisonnement ci-dessus, donne la réponse à ma question brièvement et directement, en une phrase, sans détails superflus.\n\nTa réponse courte :",
-        "final_yn": "À partir du raisonnement ci-dessus, réponds à la question « {question} » par un seul mot : oui ou non. Ne donne pas d'explication.\n\nTa réponse (oui ou non) :",
+        "final": "À partir du raisonnement ci-dessus, donne la réponse à ma question brièvement et directement, en une phrase, sans détails superflus.",
+        "final_yn": "À partir du raisonnement ci-dessus, réponds à la question « {question} » par un seul mot : oui ou non. Ne donne pas d'explication.",
     },
     "Japanese": {
         "cot": "私の質問に答えるときは、まず質問の前提となっている情報や仮定が正しいかどうかを評価してください。それが真実である、または存在することを確認したうえで、詳しい説明や回答をしてください。詳しい説明や推測に入る前に、正確さと事実確認を優先してください。\n\n私の質問：{question}\n\nあなたの回答：",
-        "final": "上の推論に基づいて、私の質問への答えを一文で簡潔かつ直接的に述べてください。余計な詳細は不要です。\n\nあなたの短い回答：",
-        "final_yn": "上の推論に基づいて、質問「{question}」に一語で答えてください：はい または いいえ。説明は不要です。\n\nあなたの回答（はい／いいえ）：",
+        "final": "上の推論に基づいて、私の質問への答えを一文で簡潔かつ直接的に述べてください。余計な詳細は不要です。",
+        "final_yn": "上の推論に基づいて、質問「{question}」に一語で答えてください：はい または いいえ。説明は不要です。",
     },
 }
 for _p in TARGET.values():  # the paper ran StrategyQA in Chinese only: elsewhere the Table 1 prompt reasons
@@ -164,21 +197,34 @@ def parse_perturbations(text: str, k: int) -> list[str]:
     return questions[:k]
 
 
+# A negation flips the yes/no word right after it: "not True", "isn't true", "never correct", "not really true".
+_NEGATION = r"(?:\b(?:not|never|cannot)|n't(?:\s+be)?)\s+(?:(?:really|quite|entirely|necessarily|actually|exactly|completely|always)\s+)?[\"'“‘*]*"
+# subtle: a one-character CJK word (是 yes, 对 right, 否 no) is part of other words everywhere ("不是",
+# "对不起" sorry, "但是" but, "是否" whether, "这是" this is); it counts only standing alone: after the start,
+# a space or punctuation, and before the end, a space, punctuation or 的 ("是的", "对的").
+_ALONE_BEFORE, _ALONE_AFTER = r"(?<![^\W\d_])", r"(?=$|[^\w]|的)"
+
+
 def _yes_no_pattern(language: str) -> re.Pattern:
     words = [(w, True) for w in YES_NO["English"][0] + YES_NO[language][0]]
     words += [(w, False) for w in YES_NO["English"][1] + YES_NO[language][1]]
+
+    def alt(w):
+        if w.isascii():
+            return r"\b%s\b" % re.escape(w)
+        return _ALONE_BEFORE + re.escape(w) + _ALONE_AFTER if len(w) == 1 else re.escape(w)
     # longest first, so that 不是 (no) is read before the 是 (yes) inside it
-    alts = [(r"\b%s\b" if w.isascii() else "%s") % re.escape(w) for w, _ in sorted(words, key=lambda x: -len(x[0]))]
-    return re.compile(r"(\bnot\s+)?(" + "|".join(alts) + ")")
+    alts = [alt(w) for w, _ in sorted(words, key=lambda x: -len(x[0]))]
+    return re.compile("(" + _NEGATION + ")?(" + "|".join(alts) + ")")
 
 
 def read_yes_no(text: str, language: str = "English") -> bool | None:
     """A verdict or a yes/no label: True, False, or None when the text does not commit to one.
 
-    Every yes/no word (true, false, yes, no and the target language's) must agree; "not" before one flips
-    it ("not true" is False). So "True." -> True, "No." -> False, "True or False" -> None, "" -> None.
-    The official `is_supported` lets the later first occurrence win and falls back to True: it reads
-    "No." and "" as True and "True. It is not false" as False."""
+    Every yes/no word (true, false, yes, no and the target language's) must agree; a negation before one
+    flips it ("not True", "isn't true" are False). So "True." -> True, "No." -> False, "True or False" ->
+    None, "" -> None, "对不起，我不知道" -> None. The official `is_supported` lets the later first occurrence
+    win and falls back to True: it reads "No." and "" as True and "True. It is not false" as False."""
     pattern = _yes_no_pattern(language)
     yes = {w.lower() for w in YES_NO["English"][0] + YES_NO[language][0]}
     seen = {(m.group(2) in yes) != bool(m.group(1)) for m in pattern.finditer((text or "").lower())}
@@ -197,9 +243,11 @@ def hybrid_score(z_cl: float, z_cm: float, alpha: float = ALPHA) -> float:
     return z_cl + alpha * z_cm
 
 
-def default_threshold(mode: str, alpha: float = ALPHA) -> float:
-    """0.6 for CL and 0.8 for CM, the paper's best (5.4). The paper states no hybrid threshold; on the
-    hybrid scale Z_CL + alpha Z_CM we combine the two the same way: 0.6 + alpha * 0.8 (1.4 at alpha = 1).
+def default_threshold(mode: str) -> float:
+    """Paper 3.3's threshold: 0.6 for CL and 0.8 for CM, the paper's best (5.4, Fig. 4(a)). The paper gives
+    no number for the hybrid score Z_CL + alpha Z_CM in [0, 1 + alpha]; we use the official default 0.5
+    (`--threshold 0.5`, used in every mode there). With alpha = 1 it retrieves only when fewer than 3 of
+    the 2k checks agree (Z < 0.5), so the hybrid retrieves less often than CL or CM at their thresholds.
 
     Why not calibrated: on 4 held-out TruthfulQA questions (not in the demo set; k = 6, SmolLM2-135M
     judging, Gemma-3-270M verifying) Z_CL = Z_CM = 0 for every question, because the 135M judge answers
@@ -207,7 +255,7 @@ def default_threshold(mode: str, alpha: float = ALPHA) -> float:
     models leave nothing to calibrate. With a stronger model, run --never-retrieve on held-out questions
     (the trace keeps z_cl and z_cm) and pick the threshold that gives the retrieval rate you want
     (the paper's Rowen-Hybrid retrieved for 23% of TruthfulQA and 20% of StrategyQA, Table 5)."""
-    return hybrid_score(PAPER_THRESHOLDS["cl"], PAPER_THRESHOLDS["cm"], alpha) if mode == "hybrid" else PAPER_THRESHOLDS[mode]
+    return THRESHOLDS[mode]
 
 
 def label_checks(answers: list[str], others: list[str], language: str = "English"):
@@ -220,11 +268,6 @@ def label_checks(answers: list[str], others: list[str], language: str = "English
 def yes_no_label(text: str) -> str:
     """A committed "yes" / "no", or "unknown" (scored wrong), never a guess from a mixed answer."""
     return {True: "yes", False: "no"}.get(read_yes_no(text), "unknown")
-
-
-def mode_score(trace: dict, mode: str, alpha: float = ALPHA) -> float:
-    """Z of one mode from a trace that holds Z_CL and Z_CM."""
-    return hybrid_score(trace["z_cl"], trace["z_cm"], alpha) if mode == "hybrid" else trace[f"z_{mode}"]
 
 
 def should_retrieve(z: float, threshold: float) -> bool:
@@ -249,17 +292,37 @@ def evidence_lines(queries: list[str], hits: list[list[dict]]) -> list[str]:
     return lines
 
 
-_ANSWER_PREFIX = re.compile(r"^(?:your\s+)?(?:short\s+|final\s+|revised\s+|rephrased\s+)*(?:answer|query)\s*(?:\([^)]*\))?\s*:\s*", re.I)
+# Answer labels a model echoes from a prompt, in every prompt language: "Your revised short answer:",
+# "Your Final Answer (True or False):", "Query:", "你的简短回答：", "Deine kurze Antwort:", "Ta réponse :".
+_LABEL_WORDS = "|".join([
+    r"(?:your\s+|the\s+|my\s+)?(?:(?:short|final|revised|corrected|rephrased|brief|search|short\s+rephrased)\s+)*"
+    r"(?:answer|response|query|verdict|translation)(?:\s+is)?",
+    r"(?:你的|我的)?[\u4e00-\u9fff]{0,4}?(?:回答|答案|答复|判断|翻译)(?:是)?",   # 你的简短回答, 你的简矯回答是
+    r"(?:deine\s+|meine\s+)?(?:kurze\s+|endgültige\s+)?(?:antwort|übersetzung)",
+    r"(?:ta\s+|votre\s+|ma\s+)?(?:réponse|traduction)(?:\s+courte)?",
+    r"(?:あなたの|私の)?(?:短い)?(?:回答|答え|翻訳)"])
+_LABEL = re.compile(r"^[\s*#_>]*(?:%s)\s*(?:[(（][^)）\n]*[)）])?[ \t*_]*(?:[:：]|(?=\n))[\s*_]*" % _LABEL_WORDS, re.I)
+
+
+def strip_labels(text: str) -> str:
+    """The text without the answer labels it starts with, their markdown ("**Answer:**") included, and a
+    label alone on its line ("## Answer")."""
+    text = text.strip()
+    while (m := _LABEL.match(text)) and m.end() > 0:
+        text = text[m.end():].lstrip()
+    return text
 
 
 def clean_answer(text: str, task: str) -> str:
-    """Without a leading "Your revised answer:" / "Query:" echoed from the prompt. TruthfulQA answers
-    are free text; StrategyQA, short-answer QA and search queries keep their first non-empty line."""
-    text = text.strip()
+    """The answer without a leading label echoed from the prompt ("Your revised short answer:", "**Answer:**",
+    "你的简短回答：") and its markdown. TruthfulQA answers are free text; StrategyQA, short-answer QA and
+    search queries keep their first non-empty line, taken after the labels are gone, so that
+    "Your revised short answer:\nParis" gives "Paris", not "" [ours; official: the raw stripped text]."""
+    text = strip_labels(text)
     if task == "truthfulqa":
-        return _ANSWER_PREFIX.sub("", text).strip()
+        return text
     line = next((l.strip() for l in text.split("\n") if l.strip()), "")
-    return _ANSWER_PREFIX.sub("", line).strip()
+    return strip_labels(line).strip("*_ \"“”").strip()
 
 
 def task_of(record: dict) -> str:
@@ -275,7 +338,7 @@ def task_of(record: dict) -> str:
 @dataclass
 class Settings:
     mode: str = "hybrid"               # cl | cm | hybrid
-    threshold: float | None = None     # None: default_threshold(mode, alpha)
+    threshold: float | None = None     # None: default_threshold(mode)
     alpha: float = ALPHA
     k: int = K
     target_language: str = TARGET_LANGUAGE
@@ -285,7 +348,7 @@ class Settings:
 
     @property
     def z_threshold(self) -> float:
-        return default_threshold(self.mode, self.alpha) if self.threshold is None else self.threshold
+        return default_threshold(self.mode) if self.threshold is None else self.threshold
 
 
 def chat(tok, user: str, history=()) -> str:
@@ -397,8 +460,9 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
         prompt = REPAIR[task].format(question=x0, initial_long_answer=t0, initial_short_answer=r0,
                                      evidences="\n".join(evidence))
         cap = s.max_tokens["repair" if task == "truthfulqa" else "short"]
-        final = clean_answer(ask(main_lm, [prompt], cap, calls, "main")[0], task)
-        trace.update(queries=queries, evidence=evidence)
+        repair_output = ask(main_lm, [prompt], cap, calls, "main")[0]
+        final = clean_answer(repair_output, task)
+        trace.update(queries=queries, evidence=evidence, repair_output=repair_output)   # raw, before clean_answer
     trace.update(final_answer=final, calls=calls)
     prediction = yes_no_label(final) if yn else final
     return {"prediction": prediction, "retrievals": len(queries), "model_calls": sum(calls.values()), "trace": trace}
@@ -406,65 +470,6 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
 
 # ----------------------------------------------------------------------------------------------
 # Command line
-
-def at_threshold(rows: list[dict], mode: str, threshold: float, alpha: float = ALPHA) -> list[dict]:
-    """The rows a run of `mode` with this threshold would give, re-read from one `--mode hybrid
-    --always-retrieve` run. Every mode draws the same perturbations (same seed) and gets the same greedy
-    answers and verdicts, and retrieval repairs with the same greedy call, so the prediction is the
-    run's repaired answer iff Z_mode < threshold, else r0 (exactly what a run of that mode returns).
-    Model calls and seconds stay those of the hybrid run (a CL-only run makes fewer)."""
-    out = []
-    for row in rows:
-        tr = row["trace"]
-        if tr.get("z_cl") is None or tr.get("z_cm") is None or not tr.get("retrieved"):
-            raise common.InputError(f"{row['id']}: not from a --mode hybrid --always-retrieve run")
-        retrieve = should_retrieve(mode_score(tr, mode, alpha), threshold)
-        final = tr["final_answer"] if retrieve else tr["initial_answer"]
-        if tr["task"] == "strategyqa":
-            final = yes_no_label(final)
-        out.append({**row, "prediction": final, "retrievals": len(tr["queries"]) if retrieve else 0})
-    return out
-
-
-def modes_from_run(rows: list[dict], alpha: float = ALPHA) -> dict[str, list[dict]]:
-    """Rowen-CL, -CM, -Hybrid at their default thresholds and the never-retrieve baseline (threshold
-    0: Z < 0 never holds), re-read from one `--mode hybrid --always-retrieve` run (at_threshold)."""
-    out = {m: at_threshold(rows, m, default_threshold(m, alpha), alpha) for m in ("cl", "cm", "hybrid")}
-    out["never"] = at_threshold(rows, "hybrid", 0.0, alpha)
-    return out
-
-
-def initial_is_right(row: dict) -> bool:
-    """Whether r0 (the initial answer) is right: StrategyQA's label, TruthfulQA's closer-to-correct,
-    otherwise the gold answer contained in it (CtrlA's accuracy)."""
-    import eval as metrics
-    r0 = row["trace"]["initial_answer"]
-    if row["trace"]["task"] == "strategyqa":
-        r0 = yes_no_label(r0)
-    scores = metrics.score_record({**row, "prediction": r0})
-    return bool(scores.get("acc", scores.get("closer_to_correct")))
-
-
-def detection_quality(rows: list[dict], alpha: float = ALPHA) -> dict:
-    """Does a low Z go with a wrong initial answer? Per score (Z_CL, Z_CM, hybrid): the AUC of Z
-    separating right from wrong r0 (the chance that a random right answer has the higher Z; ties
-    count half; 0.5 = no signal), and the rate at which the default threshold sends wrong and right
-    answers to retrieval."""
-    if any(r["trace"].get("z_cl") is None or r["trace"].get("z_cm") is None for r in rows):
-        raise common.InputError("detection quality needs Z_CL and Z_CM: a --mode hybrid run")
-    right = [initial_is_right(r) for r in rows]
-    out = {"n": len(rows), "wrong": right.count(False)}
-    for name in ("cl", "cm", "hybrid"):
-        z = [mode_score(r["trace"], name, alpha) for r in rows]
-        good = [v for v, ok in zip(z, right) if ok]
-        bad = [v for v, ok in zip(z, right) if not ok]
-        pairs = [(g > b) + 0.5 * (g == b) for g in good for b in bad]
-        th = default_threshold(name, alpha)
-        out[name] = {"auc": round(sum(pairs) / len(pairs), 3) if pairs else None,
-                     "retrieve_wrong": round(sum(v < th for v in bad) / len(bad), 3) if bad else None,
-                     "retrieve_right": round(sum(v < th for v in good) / len(good), 3) if good else None}
-    return out
-
 
 def run_name(args) -> str:
     """The output file's method part, so that runs with other settings never resume each other."""
@@ -479,11 +484,12 @@ def run_name(args) -> str:
 def main(argv=None):
     p = argparse.ArgumentParser(description="Rowen: retrieve only when answers disagree across languages and models")
     common.add_common_args(p, dataset="truthfulqa")
+    p.set_defaults(model=MODEL)
     p.add_argument("--verifier", default=VERIFIER, help="M_V for the cross-model check (alias, HF id or directory)")
     p.add_argument("--mode", choices=["cl", "cm", "hybrid"], default="hybrid",
                    help="consistency across languages (cl), models (cm) or both (hybrid, Eq. 6)")
     p.add_argument("--threshold", type=float,
-                   help="retrieve iff Z < threshold (default: 0.6 cl, 0.8 cm [paper 5.4], 0.6 + alpha * 0.8 hybrid)")
+                   help="retrieve iff Z < threshold (default: 0.6 cl, 0.8 cm [paper 5.4], 0.5 hybrid [official])")
     p.add_argument("--alpha", type=float, default=ALPHA, help="weight of Z_CM in the hybrid score (paper: 1.0)")
     p.add_argument("--k", type=int, default=K, help="perturbed questions per question (paper: 6)")
     p.add_argument("--target-language", choices=sorted(TARGET), default=TARGET_LANGUAGE,
@@ -493,25 +499,12 @@ def main(argv=None):
     baseline.add_argument("--always-retrieve", action="store_true", help="baseline: always search and repair")
     p.add_argument("--modes-from", metavar="FILE",
                    help="read a --mode hybrid output file: print how well Z_CL, Z_CM and Z flag wrong initial "
-                        "answers (detection_quality) and, for an --always-retrieve run, Rowen-CL, -CM, "
-                        "-Hybrid and never-retrieve re-read from it (modes_from_run); with --limit N, its first "
-                        "N rows; then exit")
+                        "answers (eval.detection_quality) and, for an --always-retrieve run, Rowen-CL, -CM, "
+                        "-Hybrid and never-retrieve re-read from it (eval.modes_from_run); with --limit N, its "
+                        "first N rows; then exit")
     args = p.parse_args(argv)
-    if args.modes_from:
-        import eval as metrics
-        try:
-            rows = metrics.read_rows(args.modes_from)
-        except (OSError, ValueError) as e:
-            raise common.InputError(f"--modes-from: {e}") from None
-        rows = rows[:args.limit] if args.limit else rows   # the first N rows of the file
-        if all(r["trace"].get("retrieved") for r in rows):
-            table = [(f"rowen-{m}", metrics.summarize(r)) for m, r in modes_from_run(rows, args.alpha).items()]
-            print(metrics.format_table(table, markdown=True))
-        q = detection_quality(rows, args.alpha)
-        print(f"detection on {q['n']} questions, {q['wrong']} initial answers wrong:")
-        for name in ("cl", "cm", "hybrid"):
-            print(f"  Z_{name}: AUC {q[name]['auc']}, retrieves {q[name]['retrieve_wrong']} of wrong and "
-                  f"{q[name]['retrieve_right']} of right answers")
+    if args.modes_from:   # the analysis lives in eval.py ("Rowen detection analysis")
+        print(metrics.rowen_report(args.modes_from, args.limit, args.alpha))
         return
     if args.k < 1:
         raise common.InputError(f"--k {args.k}: need at least one perturbed question")
@@ -520,6 +513,9 @@ def main(argv=None):
                  retrieve="never" if args.never_retrieve else "always" if args.always_retrieve else "adaptive")
     records = common.check_inputs(args)     # bad input fails here, before a model loads
     bm25 = common.load_retriever(args, records, preset="seakr")  # no official index (Serper web search)
+    if args.mode != "cl" and args.model == args.verifier:
+        print(f"note: M and M_V are both {args.model}: the cross-model check compares the model with itself "
+              "(paper: M_V is another model; --verifier picks one)", file=sys.stderr)
     main_lm = common.load_model(args.model, args.dtype, args.device)
     verifier_lm = common.load_model(args.verifier, args.dtype, args.device) if args.mode != "cl" else None
     common.run(args, run_name(args), lambda rec: solve(rec, main_lm, verifier_lm, bm25, s), records)

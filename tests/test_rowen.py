@@ -2,11 +2,13 @@
 scores, batching and call counts, and the loop on tiny random models."""
 import argparse
 import json
+import re
 
 import pytest
 import torch
 
 import common
+import eval as metrics
 import rowen
 from conftest import make_model
 
@@ -38,6 +40,11 @@ def test_perturbations_numbering_headers_blanks_and_cap():
     ("True or False", None), ("False. but true", None),          # mixed: no commitment
     ("True. It is not false", True),         # official: False ("false" comes later)
     ("It is not true.", False), ("untrue", None),                # whole words only
+    # a negation flips the word after it (old reader: "isn't true" -> True)
+    ("not True", False), ("It isn't true.", False), ("That can't be true.", False), ("never correct", None),
+    ("It is not really true.", False), ("It is not \"True\".", False), ("Not false.", True),
+    # ...and nothing else does: "not" elsewhere, or "no" in "cannot", leaves the verdict alone
+    ("True, I do not doubt it.", True), ("I cannot say. True.", True), ("knot true", True),
 ])
 def test_verdict_parsing_is_strict(text, verdict):
     assert rowen.read_yes_no(text) is verdict
@@ -47,7 +54,11 @@ def test_verdict_parsing_is_strict(text, verdict):
     ("是", "Chinese", True), ("是的。", "Chinese", True), ("否", "Chinese", False),
     ("否，不是", "Chinese", False),            # official is_supported_zh: True (the 是 in 不是)
     ("不是", "Chinese", False), ("不正确", "Chinese", False), ("正确", "Chinese", True),
-    ("True", "Chinese", True), ("是，但否", "Chinese", None), ("我不知道", "Chinese", None),
+    ("True", "Chinese", True), ("是，否", "Chinese", None), ("是，但不是", "Chinese", None), ("我不知道", "Chinese", None),
+    # a one-character word counts only standing alone (old reader: all True)
+    ("对不起，我不知道", "Chinese", None), ("对于这个问题", "Chinese", None), ("这是一个问题", "Chinese", None),
+    ("但是我不确定", "Chinese", None), ("对。", "Chinese", True), ("对的", "Chinese", True), ("是 ", "Chinese", True),
+    ("他不是美国人", "Chinese", False), ("是否", "Chinese", None),
     ("Ja.", "German", True), ("Nein", "German", False), ("oui", "French", True), ("Non.", "French", False),
     ("はい", "Japanese", True), ("いいえ", "Japanese", False),
 ])
@@ -82,6 +93,96 @@ def test_clean_answer_and_task():
     assert rowen.task_of({"answers": ["Paris"]}) == "qa"
 
 
+@pytest.mark.parametrize("text,task,answer", [
+    # a label alone on its line: the first line was the label, so the answer was thrown away ("")
+    ("Your revised short answer:\nParis", "qa", "Paris"),
+    ("Your Final Answer (True or False):\nFalse", "strategyqa", "False"),
+    ("Your revised short answer:\n\nNo, it is too narrow.", "truthfulqa", "No, it is too narrow."),
+    # target-language labels were kept as the answer
+    ("你的简短回答：巴黎", "qa", "巴黎"), ("你的简短回答：\n巴黎", "qa", "巴黎"), ("你的回答（是或否）：否", "strategyqa", "否"),
+    ("你的简矯回答是：巴黎", "qa", "巴黎"),              # as SmolLM2 garbles it in results/hotpotqa50
+    ("Deine kurze Antwort: Paris", "qa", "Paris"), ("Ta réponse courte : Paris", "qa", "Paris"),
+    ("あなたの短い回答：パリ", "qa", "パリ"),
+    # markdown and echoed variants
+    ("**Answer:** Paris", "qa", "Paris"), ("**Answer**: Paris\nbecause", "qa", "Paris"), ("## Answer\nParis", "qa", "Paris"),
+    ("My Short Answer: My answer: Yes", "qa", "Yes"), ("The answer is: \"Yes.\"", "qa", "Yes."),
+    ("Your Short Rephrased Query: Great Wall Moon", "qa", "Great Wall Moon"),
+    # not labels: kept as they are
+    ("SALMON FIRST: Yes", "qa", "SALMON FIRST: Yes"), ("The answer is Paris.", "qa", "The answer is Paris."),
+    ("Answering machines: 1971", "qa", "Answering machines: 1971"), ("你的简短回答中，我们可以看到。", "qa", "你的简短回答中，我们可以看到。"),
+])
+def test_clean_answer_strips_labels_before_the_first_line(text, task, answer):
+    assert rowen.clean_answer(text, task) == answer
+
+
+def test_clean_answer_after_either_tokenizer_decodes(real_tok):
+    # the text handling sees decoded model output; a SentencePiece decode drops nothing that matters here
+    text = real_tok.decode(real_tok("Your revised short answer:\nParis", add_special_tokens=False)["input_ids"])
+    assert rowen.clean_answer(text, "qa") == "Paris"
+
+
+def test_clean_answer_on_the_real_traces():
+    # SmolLM2-135M's target-language answers of results/hotpotqa50 (stored after the old clean_answer):
+    # 113 of 225 begin with 你的 ("your"), 107 with a label "你的..回答(是)：" (74 the exact 你的简短回答：)
+    rows = [json.loads(line) for line in open("results/hotpotqa50/rowen-hybrid-always.jsonl")]
+    target = [a for r in rows for a in r["trace"]["target_answers"]]
+    label = re.compile(r"你的..回答是?[：:]")
+    labelled = [a for a in target if label.match(a)]
+    assert (len(target), len(labelled)) == (225, 107)
+    assert not any(label.match(rowen.clean_answer(a, "qa")) for a in target)
+    a = next(a for a in labelled if a.startswith("你的简短回答：") and len(a) > 9)
+    assert rowen.clean_answer(a, "qa") == a[len("你的简短回答："):].split("\n")[0].strip(" *_\"“”")
+
+
+def test_strategyqa_label_on_its_own_line_is_read(monkeypatch, tiny):
+    # the repair answers with the label on one line and the verdict on the next: the old clean_answer
+    # kept "" and the prediction was "unknown" (scored wrong)
+    rules = {**SQA_RULES, "M": [("Search results:", "Your final answer (True or False):\nFalse")] + SQA_RULES["M"]}
+    out, _ = run_scripted(monkeypatch, tiny, rules, SQA, threshold=1.1)
+    assert out["trace"]["final_answer"] == "False" and out["prediction"] == "no"
+    assert out["trace"]["repair_output"] == "Your final answer (True or False):\nFalse"      # kept raw
+
+
+def test_own_prompts_end_in_an_instruction_and_the_repair_asks_the_question_last():
+    # a trailing answer label is what a small chat model copies ("Your revised short answer: ..."), and the
+    # old repair prompt ended in advice about the evidence that came back as the answer in 40 of 50 runs
+    ours = list(rowen.FINAL.values()) + list(rowen.REPAIR.values()) + [rowen.REFORMULATE]
+    ours += [p[k] for p in rowen.TARGET.values() for k in ("final", "final_yn")]
+    assert not [p for p in ours if p.rstrip().endswith((":", "："))]
+    for task, template in rowen.REPAIR.items():
+        text = template.format(question="Who founded Alpha?", initial_long_answer="Alpha was founded by Gamma.",
+                               initial_short_answer="Gamma", evidences="Alpha? Alpha: founded by Beta in 1900.")
+        lines = text.rstrip().split("\n")
+        assert lines[-2] == "Question: Who founded Alpha?" and lines[-1].startswith("Answer the question")
+        assert text.index("founded by Beta") < text.index("Gamma.") < text.index("Question: Who founded Alpha?")
+        assert "contradicts" not in text
+
+
+def test_models_and_chat_turns(monkeypatch):
+    # M_V is an instruction-tuned chat model of its own family; M is the --model default
+    assert rowen.VERIFIER == "smollm2-135m" and rowen.MODEL == common.DEFAULT_MODEL
+    seen = {}
+
+    def stop_before_loading(args):      # the parsed arguments, before any model loads
+        seen["args"] = args
+        raise SystemExit
+    monkeypatch.setattr(common, "load_questions", stop_before_loading)
+    with pytest.raises(SystemExit):
+        rowen.main(["--dataset", "truthfulqa", "--limit", "1"])
+    assert seen["args"].model == rowen.MODEL and seen["args"].verifier == "smollm2-135m"
+
+
+def test_chat_template_and_transcript():
+    from conftest import make_bytelevel_tokenizer
+    tok = make_bytelevel_tokenizer()
+    transcript = rowen.chat(tok, "Q?", [{"role": "user", "content": "A"}, {"role": "assistant", "content": "B"}])
+    assert transcript.endswith("System: You are a helpful assistant.\n\nUser: A\n\nAssistant: B\n\nUser: Q?\n\nAssistant:")
+    tok.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    assert rowen.chat(tok, "Q?") == "<|system|>You are a helpful assistant.\n<|user|>Q?\n<|assistant|>"
+    assert common.turn_stops(tok) == ()
+
+
 # ---------------------------------------------------------------------------------------------- scores
 
 def test_consistency_score():
@@ -99,13 +200,14 @@ def test_hybrid_score():
 
 def test_thresholds_and_strict_decision():
     assert rowen.default_threshold("cl") == 0.6 and rowen.default_threshold("cm") == 0.8
-    assert rowen.default_threshold("hybrid") == pytest.approx(1.4)
-    assert rowen.default_threshold("hybrid", alpha=0.5) == pytest.approx(1.0)
+    assert rowen.default_threshold("hybrid") == 0.5       # the paper gives none: the official default
     assert not rowen.should_retrieve(0.6, 0.6)                  # Z = threshold keeps r0
     assert rowen.should_retrieve(0.5, 0.6) and not rowen.should_retrieve(5 / 6, 0.8)
     t = rowen.default_threshold("hybrid")
     assert not rowen.should_retrieve(rowen.hybrid_score(0.6, 0.8), t)
-    assert rowen.should_retrieve(rowen.hybrid_score(0.5, 5 / 6), t)       # 4/3 < 1.4
+    assert not rowen.should_retrieve(rowen.hybrid_score(0.5, 0.0), t)     # 0.5 = 0.5 keeps r0
+    # k = 6, alpha = 1: 2 of the 12 checks agree retrieves, 3 keep r0
+    assert rowen.should_retrieve(rowen.hybrid_score(1 / 6, 1 / 6), t) and not rowen.should_retrieve(rowen.hybrid_score(1 / 6, 2 / 6), t)
 
 
 def test_evidence_lines_format():
@@ -167,21 +269,21 @@ TQA_RULES = {
     "M": [("answer A in English", lambda u: {"Is": "True.", "Wall": "No.", "Moon": "True or False"}.get(first_word(u), "?")),
           ("QA pair 1", lambda u: {"Is": "Yes", "Wall": "True", "Moon": "False."}.get(first_word(u), "?")),
           ("Translate this sentence", lambda u: "ZH:" + u.split("\n")[-1]),
-          ("Retrieved evidence", "No, it is far too narrow."),
-          ("Your Short Answer", "Yes, it can be seen."), ("你的简短回答", "可以看到。"),
+          ("Search results:", "No, it is far too narrow."),
+          ("without extra detail", "Yes, it can be seen."), ("不要添加多余的信息", "可以看到。"),
           ("Your answer", "Let me think. It is visible."), ("你的回答", "让我想想。")],
-    "V": [("Your Short Answer", "No."), ("Your answer", "Hmm.")],
+    "V": [("without extra detail", "No."), ("Your answer", "Hmm.")],
 }
 
 
 def test_truthfulqa_pipeline_hand_computed(monkeypatch, tiny):
-    out, script = run_scripted(monkeypatch, tiny, TQA_RULES, TQA)
+    out, script = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, threshold=1.1)
     tr = out["trace"]
     xs = ["Is the Great Wall visible from the Moon?", "Wall from Moon?", "Moon view of the Wall?"]
     assert tr["perturbed_questions"] == xs and tr["translations"] == ["ZH:" + x for x in xs]
     assert tr["cl_verdicts"] == [True, False, None] and tr["z_cl"] == pytest.approx(1 / 3)
     assert tr["cm_verdicts"] == [True, True, False] and tr["z_cm"] == pytest.approx(2 / 3)
-    assert tr["z"] == pytest.approx(1.0) and tr["decision"] is True and tr["retrieved"] is True   # 1.0 < 1.4
+    assert tr["z"] == pytest.approx(1.0) and tr["decision"] is True and tr["retrieved"] is True   # 1.0 < 1.1
     assert tr["queries"] == xs and out["retrievals"] == 3          # TruthfulQA: paraphrases verbatim
     assert all(any(line.startswith(q.rstrip("?") + "? ") for q in xs) for line in tr["evidence"])
     assert tr["initial_answer"] == "Yes, it can be seen." and out["prediction"] == "No, it is far too narrow."
@@ -190,8 +292,10 @@ def test_truthfulqa_pipeline_hand_computed(monkeypatch, tiny):
     assert "Question: " + xs[0] + "\nAnswer A (in English): Yes, it can be seen.\nAnswer B (in Chinese): 可以看到。" in judge[0]
     cm = [u for m, us in script.batches for u in us if "QA pair 1" in u][0]
     assert cm.count("Question: " + xs[0]) == 2 and "Answer: No." in cm   # same question twice, M_V's answer
-    repair = [u for m, us in script.batches for u in us if "Retrieved evidence" in u][0]
+    repair = [u for m, us in script.batches for u in us if "Search results:" in u][0]
     assert TQA["question"] in repair and "Let me think. It is visible." in repair and tr["evidence"][0] in repair
+    out, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA)        # the default hybrid threshold 0.5: 1.0 keeps r0
+    assert out["trace"]["threshold"] == 0.5 and out["trace"]["decision"] is False
 
 
 def test_decision_follows_z_and_the_baselines(monkeypatch, tiny):
@@ -203,7 +307,7 @@ def test_decision_follows_z_and_the_baselines(monkeypatch, tiny):
     assert out["trace"]["z"] == pytest.approx(1 / 3) and out["trace"]["z_cm"] is None and out["retrievals"] == 3
     out, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, mode="cm", threshold=0.5)   # 2/3 >= 0.5
     assert out["trace"]["z_cl"] is None and out["trace"]["decision"] is False and out["retrievals"] == 0
-    out, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, retrieve="never")
+    out, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, threshold=1.1, retrieve="never")
     assert out["trace"]["decision"] is True and out["trace"]["retrieved"] is False
     assert out["retrievals"] == 0 and out["prediction"] == "Yes, it can be seen."
     out, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, threshold=0.0, retrieve="always")
@@ -211,7 +315,7 @@ def test_decision_follows_z_and_the_baselines(monkeypatch, tiny):
 
 
 def test_call_counts_and_batch_sizes(monkeypatch, tiny):
-    out, script = run_scripted(monkeypatch, tiny, TQA_RULES, TQA)
+    out, script = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, threshold=1.1)
     sizes = [(m, len(us)) for m, us in script.batches]
     n = 3   # perturbation, translations n; x0 + EN n + target n answered together (CoT, then short answer);
             # M_V 2n; CL and CM judges together; repair
@@ -221,7 +325,8 @@ def test_call_counts_and_batch_sizes(monkeypatch, tiny):
     # the perturbation is the one sampled call: k = 1 continuation at T = 1.0, seeded per question
     assert (script.sampled["k"], script.sampled["temperature"]) == (1, 1.0)
     assert script.sampled["seed"] == common.question_seed(0, "t1")
-    assert "provide 6 semantically equivalent questions.\nQUERIED QUESTION: " + TQA["question"] in script.sampled["prompt"]
+    assert ("please provide 6 semantically equivalent questions.\nORIGINAL QUESTION: " + TQA["question"]
+            in script.sampled["prompt"])        # paper 3.2.1's sentence
     out, script = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, mode="cl", threshold=0.0)
     assert out["model_calls"] == 3 + 6 * n and out["trace"]["calls"]["verifier"] == 0
 
@@ -231,23 +336,23 @@ SQA = {"id": "s1", "question": "Could Aristotle use a telescope?", "answers": ["
 SQA_RULES = {
     "perturb": "1. Did Aristotle use a telescope?\n2. Were telescopes around for Aristotle?\n3. Aristotle telescope?",
     "M": [("Translate this sentence", lambda u: "问题" + u.split("\n")[-1][:3]),
-          ("Your Short Rephrased Query", lambda u: "Query: " + u.split("Original Question: ")[1].split("\n")[0][:9] + "\nmore"),
-          ("Your revised answer (True or False)", "False."),
-          ("Your Final Answer", "True"),
-          ("你的回答（是或否）", lambda u: {"Did": "是", "Wer": "否", "Ari": "不是"}[u.split("问题【问题")[1][:3]]),
+          ("search-engine query", lambda u: "Query: " + u.split("Question: ")[1].split("\n")[0][:9] + "\nmore"),
+          ("Search results:", "False."),
+          ("with a single word: True or False", "True"),
+          ("是或否。不要解释", lambda u: {"Did": "是", "Wer": "否", "Ari": "不是"}[u.split("问题【问题")[1][:3]]),
           ("Your reasoning and verdict", "Thinking..."), ("你的推理和判断", "思考...")],
-    "V": [("Your Final Answer", lambda u: {"Did": "True.", "Wer": "True", "Ari": "No"}[u.split('question "')[1][:3]]),
+    "V": [("with a single word: True or False", lambda u: {"Did": "True.", "Wer": "True", "Ari": "No"}[u.split('question "')[1][:3]]),
           ("Your reasoning and verdict", "Hmm.")],
 }
 
 
 def test_strategyqa_labels_without_judge(monkeypatch, tiny):
-    out, script = run_scripted(monkeypatch, tiny, SQA_RULES, SQA)
+    out, script = run_scripted(monkeypatch, tiny, SQA_RULES, SQA, threshold=1.1)
     tr = out["trace"]
     assert tr["labels"] == [True, True, True] and tr["target_labels"] == [True, False, False]
     assert tr["verifier_labels"] == [True, True, False]
     assert tr["z_cl"] == pytest.approx(1 / 3) and tr["z_cm"] == pytest.approx(2 / 3)
-    assert tr["decision"] is True                                           # 1.0 < 1.4
+    assert tr["decision"] is True                                           # 1.0 < 1.1
     assert not any("answer A in English" in u or "QA pair" in u for _, us in script.batches for u in us)
     assert tr["queries"] == ["Did Arist", "Were tele", "Aristotle"]       # first line, "Query:" removed
     assert tr["initial_answer"] == "True" and tr["final_answer"] == "False." and out["prediction"] == "no"
@@ -371,7 +476,7 @@ def test_one_question_on_embedded_models(tmp_path, monkeypatch):
     tr = row["trace"]
     assert isinstance(row["prediction"], str) and row["prediction"]
     assert 1 <= len(tr["perturbed_questions"]) <= 2 and len(tr["verifier_answers"]) == len(tr["perturbed_questions"])
-    assert tr["decision"] == (tr["z"] < 1.4) and row["model_calls"] == sum(tr["calls"].values())
+    assert tr["decision"] == (tr["z"] < 0.5) and row["model_calls"] == sum(tr["calls"].values())
 
 
 def test_modes_re_read_from_one_hybrid_always_run():
@@ -380,24 +485,24 @@ def test_modes_re_read_from_one_hybrid_always_run():
                 "seconds": 1.0, "trace": {"task": task, "z_cl": z_cl, "z_cm": z_cm, "retrieved": True,
                                           "queries": ["q1", "q2"], "initial_answer": "r0",
                                           "final_answer": "repaired"}}
-    # thresholds 0.6 (CL), 0.8 (CM), 1.4 (hybrid): Z_CL 0.5 retrieves, Z_CM 1.0 does not, 1.5 does not
-    modes = rowen.modes_from_run([row("a", 0.5, 1.0), row("b", 0.0, 0.0)])
+    # thresholds 0.6 (CL), 0.8 (CM), 0.5 (hybrid): Z_CL 0.5 retrieves, Z_CM 1.0 does not, 1.5 does not
+    modes = metrics.modes_from_run([row("a", 0.5, 1.0), row("b", 0.0, 0.0)])
     assert [r["prediction"] for r in modes["cl"]] == ["repaired", "repaired"]
     assert [r["prediction"] for r in modes["cm"]] == ["r0", "repaired"]
     assert [r["prediction"] for r in modes["hybrid"]] == ["r0", "repaired"]
     assert [r["prediction"] for r in modes["never"]] == ["r0", "r0"]
     assert [r["retrievals"] for r in modes["cm"]] == [0, 2]
     # any threshold: hybrid Z = 1.5 and 0.0
-    sweep = {t: [r["prediction"] for r in rowen.at_threshold([row("a", 0.5, 1.0), row("b", 0.0, 0.0)], "hybrid", t)]
+    sweep = {t: [r["prediction"] for r in metrics.at_threshold([row("a", 0.5, 1.0), row("b", 0.0, 0.0)], "hybrid", t)]
              for t in (0.0, 1.0, 1.5, 1.6)}
     assert sweep == {0.0: ["r0", "r0"], 1.0: ["r0", "repaired"], 1.5: ["r0", "repaired"], 1.6: ["repaired"] * 2}
     # Z exactly at the threshold keeps r0; StrategyQA answers are read as yes / no
     sq = row("c", 0.6, 0.8, task="strategyqa")
     sq["trace"].update(initial_answer="No.", final_answer="Yes, it can.")
-    modes = rowen.modes_from_run([sq])
+    modes = metrics.modes_from_run([sq])
     assert modes["cl"][0]["prediction"] == "no" and modes["hybrid"][0]["prediction"] == "no"
     with pytest.raises(common.InputError):
-        rowen.modes_from_run([{**row("d", 0.1, None), "id": "d"}])
+        metrics.modes_from_run([{**row("d", 0.1, None), "id": "d"}])
 
 
 def test_modes_from_cli_reads_the_first_rows(tmp_path, capsys):
@@ -421,13 +526,13 @@ def test_detection_quality_auc_and_flag_rates():
         return {"id": r0, "answers": ["Paris"], "trace": {"task": "qa", "initial_answer": r0, "z_cl": z_cl,
                                                           "z_cm": z_cm}}
     rows = [row("Paris", 1.0, 0.5), row("It is Paris.", 0.5, 1.0), row("Lyon", 0.5, 0.0), row("Nice", 0.0, 1.0)]
-    q = rowen.detection_quality(rows)
+    q = metrics.detection_quality(rows)
     assert (q["n"], q["wrong"]) == (4, 2)
     # Z_CL: right {1.0, 0.5} vs wrong {0.5, 0.0}: pairs 1, 1, 0.5, 1 -> 3.5 / 4
     assert q["cl"]["auc"] == 0.875
     # Z_CM: right {0.5, 1.0} vs wrong {0.0, 1.0}: 1, 0, 1, 0.5 -> 0.625; threshold 0.8 retrieves 1 of 2 each
     assert q["cm"] == {"auc": 0.625, "retrieve_wrong": 0.5, "retrieve_right": 0.5}
-    # hybrid: right {1.5, 1.5} vs wrong {0.5, 1.0}: all pairs won; threshold 1.4 retrieves both wrong, no right
-    assert q["hybrid"] == {"auc": 1.0, "retrieve_wrong": 1.0, "retrieve_right": 0.0}
+    # hybrid: right {1.5, 1.5} vs wrong {0.5, 1.0}: all pairs won; threshold 0.5 retrieves none (0.5 is not < 0.5)
+    assert q["hybrid"] == {"auc": 1.0, "retrieve_wrong": 0.0, "retrieve_right": 0.0}
     with pytest.raises(common.InputError):
-        rowen.detection_quality([row("Paris", 1.0, None)])
+        metrics.detection_quality([row("Paris", 1.0, None)])
