@@ -1,4 +1,6 @@
 """SeaKR: the spec's facts (shared/specs/seakr.md section 11) and the loop on a tiny model."""
+import inspect
+import json
 import math
 
 import pytest
@@ -74,6 +76,10 @@ def test_choose_answer():
     ("Rome is the answer.", None),                                # needs a sentence before it
     ("I think. Rome is the answer.", "Rome"),
     ("No pattern here.", None),
+    ("So the answer is Dr. Who.", "Dr. Who"),                     # titles and places stay whole
+    ("So the answer is St. Louis, Missouri.", "St. Louis, Missouri"),
+    ("So the answer is Mt. Everest. It is the highest.", "Mt. Everest"),
+    ("So the answer is Paris! Really", "Paris"),
 ])
 def test_extract_answer(text, answer):
     assert seakr.extract_answer(text) == answer
@@ -97,9 +103,30 @@ def test_exemplars_render_like_the_official_demos():
                         "Jeremy Theobald is an actor and producer. Christopher Nolan is a director, producer, "
                         "and screenwriter. Therefore, they both share the profession of being a producer. "
                         "So the answer is producer.")
-    assert "F W  Murnau." in demos[1]          # periods inside a step become spaces (official)
+    assert "Of these Nosferatu was directed by F W  Murnau." in demos[1]   # periods -> spaces (official)
+    assert demos[3].endswith("only Allure was founded in 1990s. So the answer is no.")
     for kind in ("simpleqa", "2wikimultihopqa", "iirc"):
-        assert seakr.load_exemplars(kind).count("So the answer is") >= 9
+        assert len(seakr.load_exemplars(kind).split("\n\n")) == 10
+
+
+def test_exemplars_are_the_official_first_ten():
+    data = json.loads((common.DATA_DIR / "seakr_exemplars.json").read_text())
+    assert {k: len(v) for k, v in data.items() if k != "_source"} == {
+        "simpleqa": 10, "2wikimultihopqa": 10, "hotpotqa": 10, "iirc": 10}
+    # official SingleQA: examples 8-10 (ours had two others and lacked the tenth)
+    assert [d["question"] for d in data["simpleqa"][7:]] == [
+        "Who is older Jeremy Horn or Renato Sobral?", "In what country was Lost Gravity manufactured?",
+        "Who was married to a founding member of Nirvana?"]
+    assert data["simpleqa"][9]["cot"] == ["The founding member of Nirvana is Kurt Cobain.",
+                                          "Kurt Cobain was married to Courtney Love."]
+    assert data["2wikimultihopqa"][3]["question"].startswith("Do director of film Coolie No. 1 (1995 Film)")
+    assert data["2wikimultihopqa"][3]["cot"][2:4] == ["David Dhawan's nationality is India.",
+                                                     "Karl Freund's nationality is Germany."]
+    assert data["hotpotqa"][4]["question"] == ("Vertical Limit stars which actor who also played astronaut "
+                                               "Alan Shepard in 'The Right Stuff'?")
+    assert data["iirc"][6]["cot"][1] == "Mr T.'s birthname is Lawrence Tureaud."
+    assert data["iirc"][7]["cot"] == ["The conference held near Berlin in January 1942 is Wannsee Conference.",
+                                      "Wannsee Conference was attended by 15 people."]
 
 
 def test_stop_strings():
@@ -109,15 +136,51 @@ def test_stop_strings():
     assert list(seakr.stop_strings(False, final=True)) == base
 
 
-def test_query_keeps_sure_words_and_known_words():
-    tokens = [" Edward", " C", "ahn", " died", " in", " Paris"]
-    probs = [0.95, 0.5, 0.99, 0.95, 0.99, 0.3]
-    gen = common.Generation(text="".join(tokens), token_ids=list(range(6)),
-                            logprobs=[math.log(p) for p in probs], finish=". ", tokens=tokens)
-    q = seakr.query_from_step(gen, gen.text.strip(), "When did the director of film X die?",
-                              "The film X was directed by Edward Cahn")
-    # Cahn has an unsure token but is in the previous step; Paris is unsure and new; "in" is a stop word
-    assert q == "Edward Cahn died"
+def step_generation(tok, text: str, unsure: list[str]) -> common.Generation:
+    """A generated step as common.greedy returns it: ids, text decoded from them, per-token decodes;
+    p = 0.3 for the tokens that overlap an unsure word (found by the tokenizer's own offsets), else 0.95."""
+    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = enc["input_ids"], enc["offset_mapping"]
+    spans = [(text.index(w), text.index(w) + len(w)) for w in unsure]
+    probs = [0.3 if any(a < hi and b > lo for lo, hi in spans) else 0.95 for a, b in offsets]
+    assert 0.3 in probs and 0.95 in probs
+    return common.Generation(text=tok.decode(ids, skip_special_tokens=True), token_ids=ids,
+                             logprobs=[math.log(x) for x in probs], finish=". ",
+                             tokens=[tok.decode([t]) for t in ids])
+
+
+@pytest.mark.parametrize("text,unsure,question,previous,query", [
+    # the issue's case: on SentencePiece, per-token decodes drifted and gave "film Laughter Hell Edward"
+    ("The film Laughter In Hell was directed by Edward Cahn", ["Edward Cahn"], "Who made it?", "",
+     "film Laughter Hell directed"),
+    # Cahn is unsure but in the previous step; Paris unsure and new; "in" is a stop word
+    ("Edward Cahn died in Paris", ["Cahn", "Paris"], "When did the director of film X die?",
+     "The film X was directed by Edward Cahn", "Edward Cahn died"),
+    # non-ASCII words split across byte tokens
+    ("Cahn was born in Île-de-France and died in Paris", ["Paris"], "Who?", "", "Cahn born Île de France died"),
+    ("Born in Tokyo (東京都), Cahn directed films", ["Cahn"], "Who?", "", "Born Tokyo 東京都 directed films"),
+    ("Edward Cahn was born in Île-de-France", ["Île-de-France"], "Who?", "", "Edward Cahn born"),
+])
+def test_query_keeps_sure_words_and_known_words(real_tok, text, unsure, question, previous, query):
+    gen = step_generation(real_tok, text, unsure)
+    assert seakr.query_from_step(real_tok, gen, gen.text.strip(), question, previous) == query
+
+
+def test_token_spans_follow_the_decoded_text(real_tok):
+    text = "Paris is in the Île-de-France region"
+    ids = real_tok(text, add_special_tokens=False)["input_ids"]
+    decoded = real_tok.decode(ids)
+    spans = seakr.token_spans(real_tok, ids)
+    assert len(spans) == len(ids) and spans[-1][1] == len(decoded)
+    # in order, no gaps: a token starts where the one before ends, or shares its span (one character)
+    assert spans[0][0] == 0 and all(x == y or x[1] == y[0] for x, y in zip(spans, spans[1:]))
+    i = decoded.index("Î")
+    byte_tokens = [k for k, (a, b) in enumerate(spans) if a <= i < b]
+    assert len(byte_tokens) >= 2                  # "Î" is two bytes: each token of it covers it
+    assert {decoded[a:b].strip() for a, b in (spans[k] for k in byte_tokens)} <= {"Î", "Île", "Îl"}
+    distinct = [x for k, x in enumerate(spans) if k == 0 or x != spans[k - 1]]
+    assert "".join(decoded[a:b] for a, b in distinct) == decoded
+    assert decoded[slice(*spans[-1])].strip() in ("region", "ion", "gion", "n")   # the last word's end
 
 
 def test_default_layer_is_middle():
@@ -163,7 +226,7 @@ CORPUS = [{"id": f"p{i}", "title": t, "text": x} for i, (t, x) in enumerate([
 ])]
 
 
-@pytest.mark.parametrize("mode", ["never", "always", "adaptive"])
+@pytest.mark.parametrize("mode", ["no-sa-retrieval", "adaptive"])
 def test_multihop_loop_invariants(tiny, mode):
     model, tok = tiny
     s = seakr.Settings(delta=-math.inf, layer=1, k=3, retrieve=mode)
@@ -173,9 +236,7 @@ def test_multihop_loop_invariants(tiny, mode):
     assert 1 <= len(steps) <= seakr.MAX_STEPS
     assert out["retrievals"] == len(out["trace"]["passages"]) <= seakr.MAX_DOCS
     assert len(set(out["trace"]["passages"])) == out["retrievals"]          # a passage is chosen once
-    if mode == "never":
-        assert out["retrievals"] == 0 and not any(st["retrieved"] for st in steps)
-    else:                                   # delta = -inf: every step that is not an answer retrieves
+    if True:                                # delta = -inf: every step that is not an answer retrieves
         retrieved = [st for st in steps if st["retrieved"]]
         assert retrieved and all("query" in st for st in retrieved)
         for st in retrieved:
