@@ -12,10 +12,14 @@ The method in five lines:
    over all passages; the one with the lower U is the final answer.
 
 Baselines and ablations from the same code (paper 4.1.2 and Table 3), `--retrieve`:
-- `never`: CoT, one greedy chain of thought with the same exemplars, no retrieval and no uncertainty;
+- `never`: CoT, one greedy chain of thought with the same exemplars (100 tokens, DRAGIN's length), no
+  retrieval and no uncertainty; a chain that names no answer gets the forced answer (DRAGIN scores the
+  whole text then);
 - `ircot`: IRCoT, retrieve at every step with the question (first step) or the last generated sentence
-  (later steps) as the query, as DRAGIN's fix-sentence IRCoT does; BM25's top new passage joins the
-  context; no re-ranking, no self-aware reasoning;
+  (later steps) as the query, as DRAGIN's fix-sentence IRCoT does; BM25's top passage not yet read
+  joins the context, which keeps what was read (as IRCoT; DRAGIN's run shows the current query's top 3
+  only); SeaKR's step format, stops and limits (7 steps, 5 retrievals; paper 4.1.3 applies them to all
+  baselines); no re-ranking, no self-aware reasoning; in simple QA, one retrieval for the question;
 - `no-sa-retrieval`: "- S.A. Retrieval", SeaKR retrieving at every step (re-ranking and reasoning kept);
 - `--no-rerank`: "- S.A. Re-rank"; `--final rationales|knowledge`: "Rationales-only", "Knowledge-only".
 
@@ -48,6 +52,8 @@ Differs from the official code in:
   'seakr'), and the passage shown to the model is "title: text" (official: text only; DPR passages
   usually start with the title);
 - the forced answer of the rationale strategy is greedy only (its 20 samples are never used);
+- samples are seeded per question and call (official: seed 42 for every request); a retrieval with
+  fewer than N new hits re-ranks fewer candidates (official: pads with empty passages of random ids);
 - simple QA retrieves BM25's top 10 for the question (official: a pre-packed DPR top-10 file) and uses
   the multi-hop rule "retrieve iff U > delta" (official notebook: keep the direct answer iff U < delta);
 - the question edit is the official one: multi-hop questions have their periods replaced by spaces
@@ -430,14 +436,14 @@ def reason(model, tok, prefix, question, steps, docs, s: Settings, budget: Budge
     out = {"step_answer": None, "step_score": None, "read_answer": None, "read_score": None}
     step_score = read_score = math.inf
     if s.final in ("both", "rationales"):
-        # the last step's answer sentences are dropped: the model must re-derive the answer
+        # the last step's answer sentences are dropped: the model must re-derive the answer; with no
+        # rationale left the prompt has no context, as official (where an empty buffer would crash)
         rationales = [r for r in steps[:-1] + [drop_answer_sentences(steps[-1])] if r.strip()] if steps else []
-        if rationales:
-            prompt = build_prompt(prefix, question, docs=rationales)
-            c = call(model, tok, prompt, BASE_STOP + ("\n",), s, budget)
-            answer = extract_answer(c.text) or forced_answer(model, tok, prompt, budget)
-            step_score = c.score
-            out.update(step_answer=answer, step_score=_num(step_score), step_text=c.text)
+        prompt = build_prompt(prefix, question, docs=rationales)
+        c = call(model, tok, prompt, BASE_STOP + ("\n",), s, budget)
+        answer = extract_answer(c.text) or forced_answer(model, tok, prompt, budget)
+        step_score = c.score
+        out.update(step_answer=answer, step_score=_num(step_score), step_text=c.text)
     if s.final in ("both", "knowledge"):
         prompt = build_prompt(prefix, question, docs=[passage_text(d) for d in docs])
         c = call(model, tok, prompt, BASE_STOP, s, budget)

@@ -272,3 +272,151 @@ def test_end_to_end_on_embedded_model(tmp_path):
     assert row["id"] == "demo_hp_01" and isinstance(row["prediction"], str)
     assert row["trace"]["steps"] and row["model_calls"] >= 2
     assert (tmp_path / "seakr.summary.json").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# The rationale strategy, the forced answer, the baselines and the ablations' names
+
+def fake_calls(monkeypatch, reply: str):
+    """seakr.call and common.greedy replaced: record each prompt (and max_new_tokens), answer `reply`."""
+    seen = []
+
+    def call(model, tok, prompt, stop, s, budget):
+        budget.calls += 1
+        seen.append(("call", prompt, None))
+        return seakr.Call(reply, -7.0, common.Generation(reply, [], [], "eos"), 3)
+
+    def greedy(model, tok, prompt, max_new_tokens=64, stop=()):
+        seen.append(("greedy", prompt, max_new_tokens))
+        return common.Generation(" Rome.", [], [], "eos")
+    monkeypatch.setattr(seakr, "call", call)
+    monkeypatch.setattr(seakr.common, "greedy", greedy)
+    return seen
+
+
+def test_rationales_drop_every_answer_sentence_whole(monkeypatch):
+    seen = fake_calls(monkeypatch, "So the answer is Cahn.")
+    s = seakr.Settings(delta=0.0, layer=0, final="rationales")
+    steps = ["The film Laughter In Hell was directed by Edward L. Cahn.",
+             "Edward L. Cahn died in St. Louis. So the answer is Edward L. Cahn. Rome is the answer."]
+    out = seakr.reason(None, None, "P", "Q", steps, [], s, seakr.Budget(0))
+    prompt = seen[0][1]
+    # official filter_last_step: both answer sentences go, "Cahn." does not leak, "St. Louis." stays
+    assert prompt.endswith("Context: [1] The film Laughter In Hell was directed by Edward L. Cahn.\n"
+                           "[2] Edward L. Cahn died in St. Louis.\nAnswer in the same format as before. "
+                           "\nQuestion: Q\nAnswer:")
+    assert out["step_answer"] == "Cahn"
+    assert seakr.drop_answer_sentences("So the answer is Rome.") == ""
+    seen.clear()            # nothing left: the strategy still answers, without context (official)
+    seakr.reason(None, None, "P", "Q", ["So the answer is Rome."], [], s, seakr.Budget(0))
+    assert seen[0][1] == "P\n\nAnswer in the same format as before. \nQuestion: Q\nAnswer:"
+    assert seakr.drop_answer_sentences("Dr. Who is set in London. THE ANSWER IS London.") == \
+        "Dr. Who is set in London."
+
+
+def test_forced_answer_is_100_tokens_multihop_20_simple(monkeypatch):
+    seen = fake_calls(monkeypatch, "no answer here")
+    s = seakr.Settings(delta=0.0, layer=0, final="rationales")
+    out = seakr.reason(None, None, "P", "Q", ["A step."], [], s, seakr.Budget(0))
+    assert out["step_answer"] == "Rome"
+    assert [(kind, n) for kind, _, n in seen] == [("call", None), ("greedy", 100)]   # official call_llm
+    assert seen[1][1].endswith("\nAnswer: So the answer is")
+    seen.clear()
+    answer, _ = seakr.answer_once(None, None, "P\nAnswer:", s, seakr.Budget(0))
+    assert answer == "Rome"
+    assert [(kind, n) for kind, _, n in seen] == [("call", None), ("greedy", 20)]    # official gen_loop
+    assert seen[1][1] == "P\nAnswer: no answer here So the answer is"
+
+
+def no_sampling(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("a baseline draws no samples")
+    monkeypatch.setattr(seakr.common, "sample_many", refuse)
+
+
+def test_cot_baseline_is_one_chain(tiny, monkeypatch):
+    model, tok = tiny
+    no_sampling(monkeypatch)
+    seen = []
+    real = common.greedy
+
+    def greedy(m, t, prompt, max_new_tokens=64, stop=()):
+        seen.append((prompt, max_new_tokens, tuple(stop)))
+        return real(m, t, prompt, max_new_tokens=max_new_tokens, stop=stop)
+    monkeypatch.setattr(seakr.common, "greedy", greedy)
+    s = seakr.Settings(delta=-math.inf, layer=1, k=3, retrieve="never")
+    out = seakr.solve_multihop(model, tok, common.BM25(CORPUS), "Question: a?\nAnswer: b. So the answer is c.",
+                               "Who founded Alpha?", s, seakr.Budget(seed=0))
+    assert seen[0] == ("Question: a?\nAnswer: b. So the answer is c.\n\nAnswer in the same format as before. "
+                       "\nQuestion: Who founded Alpha?\nAnswer:", 100, seakr.BASE_STOP)   # the whole chain
+    assert len(seen) == out["model_calls"] <= 2          # the chain, and a forced answer if it names none
+    assert out["retrievals"] == 0 and set(out["trace"]) == {"chain", "answer"}   # no choice by U
+
+
+class RecordingBM25(common.BM25):
+    def __init__(self, passages):
+        super().__init__(passages)
+        self.queries = []
+
+    def search(self, query, k):
+        self.queries.append(query)
+        return super().search(query, k)
+
+
+def test_ircot_retrieves_every_step_and_takes_the_top_hit(tiny, monkeypatch):
+    model, tok = tiny
+    no_sampling(monkeypatch)
+    bm25 = RecordingBM25(CORPUS)
+    question = "Who founded Alpha town and where was Beta born?"
+    s = seakr.Settings(delta=math.inf, layer=1, k=3, retrieve="ircot")
+    out = seakr.solve_multihop(model, tok, bm25, "Question: a?\nAnswer: b. So the answer is c.", question, s,
+                               seakr.Budget(seed=0))
+    steps = out["trace"]["steps"]
+    assert bm25.queries[0] == question                       # the first query is the question
+    assert out["trace"]["passages"][0] == common.BM25(CORPUS).search(question, 1)[0]["id"]   # BM25's top hit
+    for before, after in zip(steps, steps[1:]):              # then the last generated sentence
+        assert after["query"] == before["text"][-64:].strip()
+    assert out["retrievals"] == len(out["trace"]["passages"]) == len(set(out["trace"]["passages"]))
+    assert all("candidates" not in st for st in steps) and "chosen" not in out["trace"]
+    assert out["retrievals"] == len([st for st in steps if st["passage"]])    # one passage per step
+
+
+def test_simple_qa_baselines(tiny, monkeypatch):
+    model, tok = tiny
+    no_sampling(monkeypatch)
+    for mode, retrievals in (("never", 0), ("ircot", 1)):
+        s = seakr.Settings(delta=-math.inf, layer=1, k=3, retrieve=mode)
+        out = seakr.solve_simple(model, tok, common.BM25(CORPUS), "Q", "Where was Beta born?", s, seakr.Budget(0))
+        assert out["retrievals"] == retrievals and "candidates" not in out["trace"]
+        assert out["trace"].get("passages", ["p1"])[0] == "p1"
+
+
+def test_run_names_are_the_papers():
+    assert seakr.run_name("adaptive") == "seakr"
+    assert seakr.run_name("never") == "cot" and seakr.run_name("ircot") == "ircot"
+    assert seakr.run_name("no-sa-retrieval") == "seakr-no-sa-retrieval"
+    assert seakr.run_name("adaptive", rerank=False) == "seakr-no-sa-rerank"
+    assert seakr.run_name("adaptive", final="rationales") == "seakr-rationales-only"
+    assert seakr.run_name("adaptive", final="knowledge") == "seakr-knowledge-only"
+    assert seakr.RETRIEVE_MODES == ("adaptive", "never", "ircot", "no-sa-retrieval")
+    with pytest.raises(SystemExit):                         # a baseline has no re-ranking to ablate
+        seakr.main(["--retrieve", "ircot", "--no-rerank"])
+
+
+def test_question_edit_is_multihop_only():
+    assert seakr.edit_question("Who directed F.W. Murnau's film?", True) == "Who directed F W  Murnau's film?"
+    assert seakr.edit_question("Who is Dr. Who?", False) == "Who is Dr. Who?"
+
+
+def test_citations_and_layout():
+    assert "paper 3.4" in seakr.eigen_score.__doc__ and "paper 3.1" in seakr.should_retrieve.__doc__
+    assert "paper 3.2" in seakr.pick_candidate.__doc__ and "paper 3.3" in seakr.choose_answer.__doc__
+    assert "paper 3.3" in seakr.reason.__doc__
+    src = inspect.getsource(seakr)
+    assert "SIMPLE_QA_N = 10        # passages tried one by one in simple QA [official eval_singlehop" in src
+    assert "[paper 4.1.3" not in src.split("SIMPLE_QA_N = 10")[1].split("\n")[0]
+    # calibration is no part of the method: after main(), before the entry point
+    line = {f: inspect.getsourcelines(getattr(seakr, f))[1] for f in ("main", "threshold_table", "calibrate")}
+    assert line["main"] < line["threshold_table"] < line["calibrate"]
+    assert src.index("def calibrate") < src.index('if __name__ == "__main__":')
+    assert '"Answer: "' in seakr.__doc__ or "trailing space" in seakr.__doc__
