@@ -362,7 +362,7 @@ def _num(x: float):
 # Multi-hop QA (paper 3, official main_multihop.py / MultiHopReasoner.solve)
 
 def solve_multihop(model, tok, bm25, prefix: str, question: str, s: Settings, budget: Budget) -> dict:
-    """SeaKR's loop (paper 3, Figure 2): step, retrieve and re-rank when uncertain, then reason. The
+    """SeaKR's loop (paper 3): step, retrieve and re-rank when uncertain, then reason. The
     baselines CoT and IRCoT are solve_cot and solve_ircot; "- S.A. Retrieval" is this loop retrieving
     at every step."""
     if s.retrieve == "never":
