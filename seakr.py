@@ -2,14 +2,26 @@
 
 The method in five lines:
 1. Each reasoning step is generated greedily; 20 more samples of the same step give the uncertainty
-   U = (1/k) logdet(Z Z^T + alpha I) of the samples' hidden states at the EOS position (layer L/2 FFN).
-2. Self-aware retrieval: if U exceeds the threshold delta, a query is built from the step (uncertain
+   U = (1/k) logdet(Z Z^T + alpha I) of the samples' hidden states at the EOS position (layer L/2 FFN) (3.4).
+2. Self-aware retrieval (3.1): if U exceeds the threshold delta, a query is built from the step (uncertain
    words removed) and BM25 returns N = 3 passages.
-3. Self-aware re-ranking: the step is regenerated with each passage in context; the passage whose
+3. Self-aware re-ranking (3.2): the step is regenerated with each passage in context; the passage whose
    step has the lowest U joins the knowledge buffer, its step joins the rationale buffer.
 4. The loop stops at "the answer is", after 7 steps or 5 retrievals.
-5. Self-aware reasoning: an answer from the rationales and an answer from a fresh chain of thought
+5. Self-aware reasoning (3.3): an answer from the rationales and an answer from a fresh chain of thought
    over all passages; the one with the lower U is the final answer.
+
+Baselines and ablations from the same code (paper 4.1.2 and Table 3), `--retrieve`:
+- `never`: CoT, one greedy chain of thought with the same exemplars (100 tokens, DRAGIN's length), no
+  retrieval and no uncertainty; a chain that names no answer gets the forced answer (DRAGIN scores the
+  whole text then);
+- `ircot`: IRCoT, retrieve at every step with the question (first step) or the last generated sentence
+  (later steps) as the query, as DRAGIN's fix-sentence IRCoT does; BM25's top passage not yet read
+  joins the context, which keeps what was read (as IRCoT; DRAGIN's run shows the current query's top 3
+  only); SeaKR's step format, stops and limits (7 steps, 5 retrievals; paper 4.1.3 applies them to all
+  baselines); no re-ranking, no self-aware reasoning; in simple QA, one retrieval for the question;
+- `no-sa-retrieval`: "- S.A. Retrieval", SeaKR retrieving at every step (re-ranking and reasoning kept);
+- `--no-rerank`: "- S.A. Re-rank"; `--final rationales|knowledge`: "Rationales-only", "Knowledge-only".
 
 Paper: Zijun Yao, Weijian Qi, Liangming Pan, Shulin Cao, Linmei Hu, Weichuan Liu, Lei Hou, Juanzi Li.
 "SeaKR: Self-aware Knowledge Retrieval for Adaptive Retrieval Augmented Generation" (arXiv 2406.19215;
@@ -20,16 +32,32 @@ Differs from the official code in:
 - the hidden state comes from a forward hook on the layer's MLP of a plain transformers model, not a
   patched vLLM; the EOS substitution (last sampled token replaced by EOS, one more step) is the same;
 - a step with no non-empty sample gets U = +inf (always uncertain); the official 0 is "uncertain" only
-  on LLaMA-2's scale (delta = -6), not on models whose scores sit above 0;
+  on LLaMA-2's scale (delta = -6), not on models whose scores sit above 0; in simple QA an empty
+  answer with a passage counts as +inf too (the official notebook takes the minimum score as it is);
+- prompts end in "Answer:" and "So the answer is" without the official trailing space: a final space is
+  a token of its own on both tokenizer kinds ("▁" for LLaMA's SentencePiece, " " for byte-level BPE)
+  that the model rarely saw there (common.encode strips it); the model writes the space itself;
 - the answer after "the answer is" is not cut at the first comma or period ("August 25, 1963" stays);
+  it ends at the first sentence end, and a period after an initial ("Edward L. Cahn", "U.S.") or a
+  title or place abbreviation ("Dr. Who", "St. Louis", "Mt. Everest": _ABBREVIATIONS) ends nothing;
+  a forced answer is read the same way (official: the whole forced continuation is the answer);
 - generated steps keep their internal periods when fed back (the official `' '.strip()` bug removes them);
+- the rationale strategy drops the last step's sentences that contain "the answer is" or "is the answer"
+  with the sentence split above (official: spaCy's sentence splitter);
 - query words are filtered by a stop-word list, not spaCy's part-of-speech tags, and all sentences of
-  the step count (the official code keeps only the last sentence's words);
-- BM25 is rank_bm25 with Lucene's IDF over title + text (official: Elasticsearch), and the passage shown
-  to the model is "title: text" (official: text only, DPR passages usually start with the title);
+  the step count (the official code keeps only the last sentence's words); words are tied to tokens by
+  character offsets (official: by matching per-token strings); the test "the word is in the question or
+  the previous step" is a case-insensitive substring test (official: case-sensitive substring);
+- BM25 with the SeaKR/DRAGIN Elasticsearch settings, computed locally (common.open_retriever, preset
+  'seakr'), and the passage shown to the model is "title: text" (official: text only; DPR passages
+  usually start with the title);
 - the forced answer of the rationale strategy is greedy only (its 20 samples are never used);
+- samples are seeded per question and call (official: seed 42 for every request); a retrieval with
+  fewer than N new hits re-ranks fewer candidates (official: pads with empty passages of random ids);
 - simple QA retrieves BM25's top 10 for the question (official: a pre-packed DPR top-10 file) and uses
-  the multi-hop rule "retrieve iff U > delta" (official notebook: keep the direct answer iff U < delta).
+  the multi-hop rule "retrieve iff U > delta" (official notebook: keep the direct answer iff U < delta);
+- the question edit is the official one: multi-hop questions have their periods replaced by spaces
+  (official MultiHopReasoner.__init__), simple-QA questions are left as they are (official main_simpleqa).
 """
 from __future__ import annotations
 
@@ -46,17 +74,19 @@ import common
 
 # ----------------------------------------------------------------------------------------------
 # Settings (source in brackets)
-K_SAMPLES = 20          # samples per call for the eigen score [paper 3.1; official call_llm n=20]
+K_SAMPLES = 20          # samples per call for the eigen score [paper 4.1.3; official call_llm n=20]
 TEMPERATURE = 1.0       # sampling temperature [official call_llm]
 TOP_K = 50              # top-k of the samples [official call_llm]
 TOP_P = 0.9             # nucleus of the samples [official call_llm]
-MAX_NEW_TOKENS = 100    # per call, greedy and samples [official max_tokens]
-FORCED_TOKENS = 20      # the forced "So the answer is" continuation [official simple QA gen_loop]
+MAX_NEW_TOKENS = 100    # per call, greedy and samples; CoT's whole chain [official max_tokens; DRAGIN
+                        # generate_max_length 100]
+FORCED_TOKENS = 100     # the forced "So the answer is" continuation, multi-hop [official call_llm]
+SIMPLE_FORCED_TOKENS = 20   # the same in simple QA [official main_simpleqa gen_loop]
 ALPHA = 1e-3            # regulariser of the Gram matrix [official --eigen_alpha]
 PROB_KEEP = 0.9         # a query keeps a word when all its tokens have p >= 0.9 [official --prob_threshold 0.1]
 QUERY_MAX_TOKENS = 64   # queries are left-truncated to 64 tokens [official _retrieve]
-RERANK_N = 3            # BM25 passages re-ranked per retrieval, multi-hop [paper N=3; official topk=3]
-SIMPLE_QA_N = 10        # passages tried one by one in simple QA [paper 4.1.3; official notebook]
+RERANK_N = 3            # BM25 passages re-ranked per retrieval, multi-hop [paper 4.1.3 N=3; official topk=3]
+SIMPLE_QA_N = 10        # passages tried one by one in simple QA [official eval_singlehop.ipynb: DPR top 10]
 MAX_DOCS = 5            # at most 5 retrievals [official --max_docs]
 MAX_STEPS = 7           # at most 7 reasoning steps [official README]
 N_SHOT = 10             # in-context examples [official --n_shot]
@@ -77,13 +107,14 @@ MIN_SIDE = 0.1
 MULTI_HOP = {"hotpotqa": "hotpotqa", "2wikimultihopqa": "2wikimultihopqa", "iirc": "iirc",
              "musique": "hotpotqa"}   # MuSiQue has no exemplars of its own: HotpotQA's are closest
 BASE_STOP = ("\n\n", "\nQuestion:", "\nContext")   # [official prepare_llm_input]
+RETRIEVE_MODES = ("adaptive", "never", "ircot", "no-sa-retrieval")   # SeaKR, CoT, IRCoT, "- S.A. Retrieval"
 
 
 # ----------------------------------------------------------------------------------------------
 # The uncertainty estimator and the decisions (pure functions)
 
 def eigen_score(hidden: torch.Tensor, alpha: float = ALPHA) -> float:
-    """U = (1/k) logdet(Z J Z^T + alpha I) for k x d hidden states Z (paper 3.1, INSIDE's EigenScore).
+    """U = (1/k) logdet(Z J Z^T + alpha I) for k x d hidden states Z (paper 3.4, INSIDE's EigenScore).
 
     J centres each row on its own mean over the d features (official _compute_eigen_score); the Gram
     matrix is over samples, neither normalised nor divided by d. Higher means more uncertain.
@@ -96,19 +127,19 @@ def eigen_score(hidden: torch.Tensor, alpha: float = ALPHA) -> float:
 
 
 def should_retrieve(score: float, text: str, delta: float) -> bool:
-    """Self-aware retrieval (paper 3.2): retrieve iff U > delta (strictly) or the step is empty."""
+    """Self-aware retrieval (paper 3.1): retrieve iff U > delta (strictly) or the step is empty."""
     return not text.strip() or score > delta
 
 
 def pick_candidate(scores: list[float], texts: list[str]) -> int:
-    """Self-aware re-ranking (paper 3.3): the candidate whose step has the lowest U; an empty step
+    """Self-aware re-ranking (paper 3.2): the candidate whose step has the lowest U; an empty step
     counts as +inf; ties go to the earlier (higher BM25) candidate."""
     keyed = [(s if t.strip() else math.inf, i) for i, (s, t) in enumerate(zip(scores, texts))]
     return min(keyed)[1]
 
 
 def choose_answer(step_answer, step_score: float, read_answer, read_score: float) -> tuple[str, str]:
-    """Self-aware reasoning (paper 3.4, official compare_answer): (answer, which).
+    """Self-aware reasoning (paper 3.3, official compare_answer): (answer, which).
 
     A missing or "unknown" answer loses; otherwise the lower U wins and a tie goes to the answer
     read from the passages.
@@ -124,14 +155,32 @@ def choose_answer(step_answer, step_score: float, read_answer, read_score: float
 
 _ANSWER_IS = re.compile(r"the answer is\s*:?\s*(.*)", re.IGNORECASE)
 _IS_THE_ANSWER = re.compile(r"[.?!]\s*([^?!]*?)\s+is the answer\b", re.IGNORECASE)
+# Abbreviations whose period ends no sentence: titles and place words that precede a name
+# ("Dr. Who", "St. Louis", "Mt. Everest"). Not "Jr.", "Inc.", "Co.": they usually end a name, and a
+# sentence with it.
+_ABBREVIATIONS = ("Dr", "Mr", "Mrs", "Ms", "Prof", "Rev", "Gen", "Col", "Lt", "Capt", "Sgt", "Gov", "Sen",
+                  "St", "Mt", "Ft", "vs")
 # subtle: a sentence ends at a period followed by a space or the end, unless the period closes an
-# initial ("Edward L. Cahn") or an abbreviation letter ("U.S.")
-_SENTENCE_END = re.compile(r"(?<!\b[A-Z])\.(?=\s|$)")
+# initial ("Edward L. Cahn"), an abbreviation letter ("U.S.") or one of _ABBREVIATIONS; "?" and "!"
+# followed by a space end one too
+_SENTENCE_END = re.compile(r"(?<!\b[A-Z])" + "".join(rf"(?<!\b{a})" for a in _ABBREVIATIONS)
+                           + r"\.(?=\s|$)|[?!](?=\s)")
+
+
+def sentences(text: str) -> list[str]:
+    """The text's sentences, each with its end mark, split at _SENTENCE_END."""
+    out, start = [], 0
+    for m in _SENTENCE_END.finditer(text):
+        out.append(text[start:m.end()].strip())
+        start = m.end()
+    out.append(text[start:].strip())
+    return [x for x in out if x]
 
 
 def extract_answer(text: str) -> str | None:
     """The answer after "the answer is" (official _check_final_answer, without its cut at the first
-    comma or period): "So the answer is August 25, 1963." -> "August 25, 1963"."""
+    comma or period), up to the sentence's end: "So the answer is August 25, 1963." -> "August 25, 1963",
+    "So the answer is St. Louis." -> "St. Louis"."""
     m = _ANSWER_IS.search(text)
     if m:
         rest = m.group(1).split("\n")[0]
@@ -146,16 +195,40 @@ def has_answer(text: str) -> bool:
     return extract_answer(text) is not None
 
 
-def query_from_step(gen: common.Generation, text: str, question: str, previous: str) -> str:
-    """Self-aware retrieval's query (official _build_query): the step with its uncertain words removed.
+def drop_answer_sentences(step: str) -> str:
+    """The rationale strategy's last step (official filter_last_step): every sentence that contains
+    "the answer is" or "is the answer" (any case) is dropped, the others kept whole."""
+    keep = [x for x in sentences(step) if "the answer is" not in x.lower() and "is the answer" not in x.lower()]
+    return " ".join(keep)
+
+
+def token_spans(tok, ids: list[int]) -> list[tuple[int, int]]:
+    """The character span of each token within tok.decode(ids), from the lengths of the decoded prefixes.
+
+    subtle: never from tokens decoded one by one: a SentencePiece token decoded alone loses its
+    leading space ("▁Cahn" -> "Cahn"), and a byte token of a character split over several tokens
+    ("Î" = <0xC3><0x8E>) decodes alone to "\ufffd". A prefix that ends inside a character decodes
+    to a trailing "\ufffd"; its tokens share the span of the token that completes the character.
+    """
+    spans, start, pending = [], 0, 0
+    for i in range(len(ids)):
+        prefix = tok.decode(ids[:i + 1], skip_special_tokens=True)
+        if prefix.endswith("\ufffd") and i + 1 < len(ids):
+            pending += 1
+            continue
+        spans += [(start, len(prefix))] * (pending + 1)
+        start, pending = len(prefix), 0
+    return spans
+
+
+def query_from_step(tok, gen: common.Generation, text: str, question: str, previous: str) -> str:
+    """Self-aware retrieval's query (paper 3.1 "Query Generation", official _build_query): the step with
+    its uncertain words removed.
 
     A word stays if each of its tokens had p >= PROB_KEEP, or it appears in the question or in the
     previous step (substring test, as the official code); stop words and thus/answer/so are dropped.
     """
-    spans, pos = [], 0           # character span of each generated token within the text
-    for piece in gen.tokens:
-        spans.append((pos, pos + len(piece)))
-        pos += len(piece)
+    spans = token_spans(tok, gen.token_ids)
     offset = len(gen.text) - len(gen.text.lstrip())   # `text` is the stripped greedy text
     kept = []
     for m in re.finditer(r"\w+", text):
@@ -168,6 +241,11 @@ def query_from_step(gen: common.Generation, text: str, question: str, previous: 
     drop = common.STOP_WORDS | {"thus", "answer", "so"}
     words = [w for w in kept if w.lower() not in drop]
     return " ".join(words)
+
+
+def truncate_query(tok, query: str) -> str:
+    """The query's last QUERY_MAX_TOKENS tokens [official _retrieve max_query_length]."""
+    return tok.decode(tok(query, add_special_tokens=False)["input_ids"][-QUERY_MAX_TOKENS:]).strip()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -220,7 +298,7 @@ class Settings:
     delta: float
     layer: int
     k: int = K_SAMPLES
-    retrieve: str = "adaptive"    # adaptive | never | always
+    retrieve: str = "adaptive"    # one of RETRIEVE_MODES
     rerank: bool = True
     final: str = "both"           # both | rationales | knowledge
     seed: int = 0
@@ -238,7 +316,7 @@ class Budget:
 
 
 def call(model, tok, prompt: str, stop, s: Settings, budget: Budget) -> Call:
-    """Greedy step + k samples with one prefill; U from the samples' EOS states (paper 3.1)."""
+    """Greedy step + k samples with one prefill; U from the samples' EOS states (paper 3.4)."""
     return call_many(model, tok, [prompt], stop, s, budget)[0]
 
 
@@ -257,12 +335,23 @@ def call_many(model, tok, prompts: list[str], stop, s: Settings, budget: Budget)
     return calls
 
 
-def forced_answer(model, tok, prompt: str, budget: Budget) -> str | None:
-    """Append " So the answer is" and read the greedy continuation (official forced answer)."""
+def forced_answer(model, tok, prompt: str, budget: Budget, max_new_tokens: int = FORCED_TOKENS) -> str | None:
+    """Append " So the answer is" and read the greedy continuation (official forced answer; 100 tokens
+    multi-hop, 20 in simple QA)."""
     budget.calls += 1
-    g = common.greedy(model, tok, prompt + " So the answer is", max_new_tokens=FORCED_TOKENS,
+    g = common.greedy(model, tok, prompt + " So the answer is", max_new_tokens=max_new_tokens,
                       stop=BASE_STOP + ("\n",))
     return extract_answer("So the answer is" + g.text)
+
+
+def chain(model, tok, prompt: str, stop, budget: Budget, forced_tokens: int = FORCED_TOKENS) -> tuple[str, str | None]:
+    """One greedy chain of thought and its answer, forced when the chain names none (the baselines)."""
+    budget.calls += 1
+    text = common.greedy(model, tok, prompt, max_new_tokens=MAX_NEW_TOKENS, stop=stop).text.strip()
+    answer = extract_answer(text)
+    if answer is None:
+        answer = forced_answer(model, tok, prompt + (" " + text if text else ""), budget, forced_tokens)
+    return text, answer
 
 
 def _num(x: float):
@@ -273,6 +362,13 @@ def _num(x: float):
 # Multi-hop QA (paper 3, official main_multihop.py / MultiHopReasoner.solve)
 
 def solve_multihop(model, tok, bm25, prefix: str, question: str, s: Settings, budget: Budget) -> dict:
+    """SeaKR's loop (paper 3): step, retrieve and re-rank when uncertain, then reason. The
+    baselines CoT and IRCoT are solve_cot and solve_ircot; "- S.A. Retrieval" is this loop retrieving
+    at every step."""
+    if s.retrieve == "never":
+        return solve_cot(model, tok, prefix, question, budget)
+    if s.retrieve == "ircot":
+        return solve_ircot(model, tok, bm25, prefix, question, budget)
     steps: list[str] = []          # rationale buffer
     docs: list[dict] = []          # knowledge buffer (one passage per retrieval)
     searched: set[str] = set()
@@ -281,7 +377,7 @@ def solve_multihop(model, tok, bm25, prefix: str, question: str, s: Settings, bu
         c = call(model, tok, build_prompt(prefix, question, steps, [passage_text(d) for d in docs]),
                  stop_strings(bool(steps), final=False), s, budget)
         uncertain = should_retrieve(c.score, c.text, s.delta)
-        retrieve = {"adaptive": uncertain, "never": False, "always": True}[s.retrieve]
+        retrieve = uncertain or s.retrieve == "no-sa-retrieval"
         entry = {"text": c.text, "score": _num(c.score), "samples": c.samples, "retrieved": False}
         trace.append(entry)
         if has_answer(c.text):          # a final answer is never retrieval-checked (official order)
@@ -308,10 +404,10 @@ def solve_multihop(model, tok, bm25, prefix: str, question: str, s: Settings, bu
 def rerank(model, tok, bm25, prefix, question, steps, docs, searched, failed: Call, s: Settings,
            budget: Budget, entry: dict) -> str | None:
     """Retrieve for an uncertain step and keep the passage whose regenerated step is most certain."""
-    query = query_from_step(failed.gen, failed.text, question, steps[-1] if steps else "")
+    query = query_from_step(tok, failed.gen, failed.text, question, steps[-1] if steps else "")
     if not query:
         query = " ".join(w for w in re.findall(r"\w+", question) if w.lower() not in common.STOP_WORDS)
-    query = tok.decode(tok(query, add_special_tokens=False)["input_ids"][-QUERY_MAX_TOKENS:]).strip()
+    query = truncate_query(tok, query)
     entry.update(retrieved=True, query=query)
     if query in searched:
         return None
@@ -334,22 +430,20 @@ def rerank(model, tok, bm25, prefix, question, steps, docs, searched, failed: Ca
 
 
 def reason(model, tok, prefix, question, steps, docs, s: Settings, budget: Budget) -> dict:
-    """Self-aware reasoning (paper 3.4): answer from the rationales and from the passages, keep the
+    """Self-aware reasoning (paper 3.3): answer from the rationales and from the passages, keep the
     lower U. Each strategy's U comes from its first generation (official read_all_steps) or from its
     last one (official read_all_docs: the forced call's, when forcing was needed)."""
     out = {"step_answer": None, "step_score": None, "read_answer": None, "read_score": None}
     step_score = read_score = math.inf
     if s.final in ("both", "rationales"):
-        # the last step's "the answer is" sentence is dropped: the model must re-derive it
-        rationales = [r for r in steps[:-1]] + [" ".join(x for x in re.split(r"(?<=\.)\s+", steps[-1])
-                                                         if not has_answer(x))] if steps else []
-        rationales = [r for r in rationales if r.strip()]
-        if rationales:
-            prompt = build_prompt(prefix, question, docs=rationales)
-            c = call(model, tok, prompt, BASE_STOP + ("\n",), s, budget)
-            answer = extract_answer(c.text) or forced_answer(model, tok, prompt, budget)
-            step_score = c.score
-            out.update(step_answer=answer, step_score=_num(step_score), step_text=c.text)
+        # the last step's answer sentences are dropped: the model must re-derive the answer; with no
+        # rationale left the prompt has no context, as official (where an empty buffer would crash)
+        rationales = [r for r in steps[:-1] + [drop_answer_sentences(steps[-1])] if r.strip()] if steps else []
+        prompt = build_prompt(prefix, question, docs=rationales)
+        c = call(model, tok, prompt, BASE_STOP + ("\n",), s, budget)
+        answer = extract_answer(c.text) or forced_answer(model, tok, prompt, budget)
+        step_score = c.score
+        out.update(step_answer=answer, step_score=_num(step_score), step_text=c.text)
     if s.final in ("both", "knowledge"):
         prompt = build_prompt(prefix, question, docs=[passage_text(d) for d in docs])
         c = call(model, tok, prompt, BASE_STOP, s, budget)
@@ -365,6 +459,54 @@ def reason(model, tok, prefix, question, steps, docs, s: Settings, budget: Budge
 
 
 # ----------------------------------------------------------------------------------------------
+# The paper's baselines (4.1.2): CoT and IRCoT, with the same prompts, limits and retriever
+
+def solve_cot(model, tok, prefix: str, question: str, budget: Budget) -> dict:
+    """CoT: one greedy chain of thought with SeaKR's exemplars and no retrieval (paper 4.1.2; DRAGIN's
+    non-retrieval generation, 100 tokens); no samples, no U."""
+    text, answer = chain(model, tok, build_prompt(prefix, question), BASE_STOP, budget)
+    return {"prediction": answer or "", "retrievals": 0, "model_calls": budget.calls,
+            "trace": {"chain": text, "answer": answer}}
+
+
+def solve_ircot(model, tok, bm25, prefix: str, question: str, budget: Budget) -> dict:
+    """IRCoT (paper 4.1.2: "retrieves for every reasoning step ... and integrates the top-ranked
+    knowledge"): before each step, BM25 is queried with the question (first step) or the last
+    generated sentence (DRAGIN's fix-sentence IRCoT) and its top passage not yet in the context joins
+    it; one greedy sentence per step; the same stops and limits as SeaKR's loop (paper 4.1.3: the
+    constraints apply to all baselines); the answer is the chain's, forced when it names none."""
+    steps: list[str] = []
+    docs: list[dict] = []
+    trace = []
+    query = question
+    while True:
+        query = truncate_query(tok, query)
+        have = {d["id"] for d in docs}
+        hit = next((h for h in bm25.search(query, len(docs) + 1) if h["id"] not in have), None)
+        if hit is None:                 # nothing new to read: as SeaKR's loop, stop
+            trace.append({"query": query, "passage": None})
+            break
+        docs.append(hit)
+        budget.calls += 1
+        prompt = build_prompt(prefix, question, steps, [passage_text(d) for d in docs])
+        text = common.greedy(model, tok, prompt, max_new_tokens=MAX_NEW_TOKENS,
+                             stop=stop_strings(bool(steps), final=False)).text.strip()
+        trace.append({"query": query, "passage": hit["id"], "text": text})
+        if not text:
+            break
+        steps.append(text)
+        if has_answer(text) or len(steps) >= MAX_STEPS or len(docs) >= MAX_DOCS:
+            break
+        query = text
+    answer = extract_answer(steps[-1]) if steps else None
+    if answer is None:
+        answer = forced_answer(model, tok, build_prompt(prefix, question, steps, [passage_text(d) for d in docs]),
+                               budget)
+    return {"prediction": answer or "", "retrievals": len(docs), "model_calls": budget.calls,
+            "trace": {"steps": trace, "passages": [d["id"] for d in docs], "answer": answer}}
+
+
+# ----------------------------------------------------------------------------------------------
 # Simple QA (paper 4.1.3, official main_simpleqa.py + eval_singlehop.ipynb)
 
 def answer_once(model, tok, prompt: str, s: Settings, budget: Budget) -> tuple[str | None, Call]:
@@ -372,16 +514,27 @@ def answer_once(model, tok, prompt: str, s: Settings, budget: Budget) -> tuple[s
     c = call(model, tok, prompt, ("\n",) + BASE_STOP, s, budget)
     answer = extract_answer(c.text)
     if answer is None:
-        answer = forced_answer(model, tok, prompt + (" " + c.text if c.text else ""), budget)
+        answer = forced_answer(model, tok, prompt + (" " + c.text if c.text else ""), budget, SIMPLE_FORCED_TOKENS)
     return answer, c
 
 
 def solve_simple(model, tok, bm25, prefix: str, question: str, s: Settings, budget: Budget) -> dict:
     """One retrieval round: answer directly if certain; else answer with each of the top N passages
-    alone and keep the most certain answer."""
+    alone and keep the most certain answer. CoT answers without passages, IRCoT with BM25's top one
+    (paper 4.1.3: "search time 1"), "- S.A. Retrieval" always retrieves."""
+    stop = ("\n",) + BASE_STOP
+    if s.retrieve == "never":
+        text, answer = chain(model, tok, build_prompt(prefix, question), stop, budget, SIMPLE_FORCED_TOKENS)
+        return {"prediction": answer or "", "retrievals": 0, "model_calls": budget.calls,
+                "trace": {"chain": text, "answer": answer}}
+    if s.retrieve == "ircot":
+        hits = bm25.search(truncate_query(tok, question), 1)
+        text, answer = chain(model, tok, build_prompt(prefix, question, docs=[passage_text(h) for h in hits]),
+                             stop, budget, SIMPLE_FORCED_TOKENS)
+        return {"prediction": answer or "", "retrievals": len(hits), "model_calls": budget.calls,
+                "trace": {"chain": text, "answer": answer, "passages": [h["id"] for h in hits]}}
     answer, c = answer_once(model, tok, build_prompt(prefix, question), s, budget)
-    uncertain = should_retrieve(c.score, c.text, s.delta)
-    retrieve = {"adaptive": uncertain, "never": False, "always": True}[s.retrieve]
+    retrieve = should_retrieve(c.score, c.text, s.delta) or s.retrieve == "no-sa-retrieval"
     trace = {"direct": {"text": c.text, "answer": answer, "score": _num(c.score)}, "retrieved": retrieve}
     if not retrieve:
         return {"prediction": answer or "", "retrievals": 0, "model_calls": budget.calls, "trace": trace}
@@ -400,7 +553,94 @@ def solve_simple(model, tok, bm25, prefix: str, question: str, s: Settings, budg
 
 
 # ----------------------------------------------------------------------------------------------
-# Threshold calibration (paper 5.3: delta searched on a sample of NQ questions)
+# Command line
+
+def default_layer(model) -> int:
+    """The middle layer, l = L/2 counted from 1: 0-based index L/2 - 1 (15 of LLaMA-2-7B's 32) [official]."""
+    return model.config.num_hidden_layers // 2 - 1
+
+
+def edit_question(question: str, multihop: bool) -> str:
+    """[official] multi-hop questions lose their periods (MultiHopReasoner.__init__: "F.W. Murnau" ->
+    "F W  Murnau", as the exemplars' steps); simple QA's are kept as they are (main_simpleqa)."""
+    return question.replace(".", " ").strip() if multihop else question
+
+
+def run_name(retrieve: str, rerank: bool = True, final: str = "both") -> str:
+    """The output's method name: the paper's names for the baselines (4.1.2) and the ablations (Table 3)."""
+    if retrieve in ("never", "ircot"):
+        return {"never": "cot", "ircot": "ircot"}[retrieve]
+    return ("seakr" + ("-no-sa-retrieval" if retrieve == "no-sa-retrieval" else "")
+            + ("" if rerank else "-no-sa-rerank") + ("" if final == "both" else f"-{final}-only"))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="SeaKR: self-aware knowledge retrieval (uncertainty-driven RAG)")
+    common.add_common_args(p, dataset="hotpotqa")
+    p.add_argument("--threshold", type=float, help="delta: retrieve iff U > delta (default: per model)")
+    p.add_argument("--layer", type=int, help="0-based decoder layer whose MLP output is read (default L/2-1)")
+    p.add_argument("--samples", type=int, default=K_SAMPLES, help="k samples per call (paper: 20)")
+    p.add_argument("--retrieve", choices=RETRIEVE_MODES + ("always",), default="adaptive",
+                   help="adaptive = SeaKR; the paper's baselines: never = CoT, ircot = IRCoT; the ablation "
+                        "no-sa-retrieval = '- S.A. Retrieval' (retrieve at every step; 'always' is its old name)")
+    p.add_argument("--no-rerank", action="store_true",
+                   help="ablation '- S.A. Re-rank': take BM25's first passage")
+    p.add_argument("--final", choices=["both", "rationales", "knowledge"], default="both",
+                   help="ablations 'Rationales-only' and 'Knowledge-only': one reasoning strategy")
+    p.add_argument("--mode", choices=["auto", "multihop", "simple"], default="auto",
+                   help="multi-hop loop or simple QA (auto: by dataset)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="print retrieval rate and accuracy per threshold on --data/--dataset, then exit "
+                        "(with --output: each question's score and answer to that JSONL file)")
+    args = p.parse_args(argv)
+    if args.retrieve == "always":
+        args.retrieve = "no-sa-retrieval"
+    if args.retrieve in ("never", "ircot") and (args.no_rerank or args.final != "both" or args.calibrate):
+        p.error(f"--retrieve {args.retrieve} is a baseline without re-ranking, reasoning strategies or U")
+
+    records = common.check_inputs(args)        # bad input fails here, before the model loads
+    sink = None
+    if args.calibrate and args.output:
+        try:
+            sink = open(args.output, "w", encoding="utf-8")
+        except OSError as e:
+            raise common.InputError(f"cannot write {args.output} ({e.strerror})") from None
+    model, tok = common.load_model(args.model, args.dtype, args.device)
+    delta = args.threshold if args.threshold is not None else THRESHOLDS.get(args.model)
+    if delta is None and not args.calibrate:
+        delta = PAPER_THRESHOLD
+        print(f"warning: no calibrated threshold for {args.model}; using the paper's {delta} (LLaMA-2-7B). "
+              f"Calibrate: python seakr.py --model {args.model} --calibrate --data NQ-open.dev.jsonl "
+              f"--limit 200", file=sys.stderr)
+    s = Settings(delta=delta if delta is not None else PAPER_THRESHOLD,
+                 layer=args.layer if args.layer is not None else default_layer(model), k=args.samples,
+                 retrieve=args.retrieve, rerank=not args.no_rerank, final=args.final, seed=args.seed)
+    if args.calibrate:
+        try:
+            calibrate(model, tok, records, s, sink)
+        finally:
+            if sink:
+                sink.close()
+        return
+    bm25 = common.load_retriever(args, records, preset="seakr")
+    prefixes = {}
+
+    def solve(rec):
+        kind = rec.get("dataset")
+        multihop = args.mode == "multihop" or (args.mode == "auto" and kind in MULTI_HOP)
+        exemplars = MULTI_HOP.get(kind, "hotpotqa") if multihop else "simpleqa"
+        if exemplars not in prefixes:
+            prefixes[exemplars] = load_exemplars(exemplars)
+        budget = Budget(common.question_seed(args.seed, rec["id"]))
+        solver = solve_multihop if multihop else solve_simple
+        return solver(model, tok, bm25, prefixes[exemplars], edit_question(rec["question"], multihop), s, budget)
+
+    common.run(args, run_name(args.retrieve, not args.no_rerank, args.final), solve, records)
+
+
+# ----------------------------------------------------------------------------------------------
+# Threshold calibration, not part of the method: `python seakr.py --calibrate` (paper 5.3: delta
+# searched on a sample of NQ questions)
 
 def threshold_table(rows: list[tuple[float, bool]]) -> dict:
     """From (direct-answer score, answered right) pairs: per candidate delta (the 5%, 10%, .., 95%
@@ -467,74 +707,6 @@ def calibrate(model, tok, records: list[dict], s: Settings, sink=None) -> dict:
              "no candidate: the model answers too few right unaided; retrieve (nearly) always"))
     return t
 
-
-# ----------------------------------------------------------------------------------------------
-# Command line
-
-def default_layer(model) -> int:
-    """The middle layer, l = L/2 counted from 1: 0-based index L/2 - 1 (15 of LLaMA-2-7B's 32) [official]."""
-    return model.config.num_hidden_layers // 2 - 1
-
-
-def main(argv=None):
-    p = argparse.ArgumentParser(description="SeaKR: self-aware knowledge retrieval (uncertainty-driven RAG)")
-    common.add_common_args(p, dataset="hotpotqa")
-    p.add_argument("--threshold", type=float, help="delta: retrieve iff U > delta (default: per model)")
-    p.add_argument("--layer", type=int, help="0-based decoder layer whose MLP output is read (default L/2-1)")
-    p.add_argument("--samples", type=int, default=K_SAMPLES, help="k samples per call (paper: 20)")
-    p.add_argument("--retrieve", choices=["adaptive", "never", "always"], default="adaptive",
-                   help="never = chain of thought, always = IRCoT-like (baselines from the same code)")
-    p.add_argument("--no-rerank", action="store_true", help="take BM25's first passage (ablation)")
-    p.add_argument("--final", choices=["both", "rationales", "knowledge"], default="both",
-                   help="self-aware reasoning strategy (ablation: one strategy only)")
-    p.add_argument("--mode", choices=["auto", "multihop", "simple"], default="auto",
-                   help="multi-hop loop or simple QA (auto: by dataset)")
-    p.add_argument("--calibrate", action="store_true",
-                   help="print retrieval rate and accuracy per threshold on --data/--dataset, then exit "
-                        "(with --output: each question's score and answer to that JSONL file)")
-    args = p.parse_args(argv)
-
-    records = common.check_inputs(args)        # bad input fails here, before the model loads
-    sink = None
-    if args.calibrate and args.output:
-        try:
-            sink = open(args.output, "w", encoding="utf-8")
-        except OSError as e:
-            raise common.InputError(f"cannot write {args.output} ({e.strerror})") from None
-    model, tok = common.load_model(args.model, args.dtype, args.device)
-    delta = args.threshold if args.threshold is not None else THRESHOLDS.get(args.model)
-    if delta is None and not args.calibrate:
-        delta = PAPER_THRESHOLD
-        print(f"warning: no calibrated threshold for {args.model}; using the paper's {delta} (LLaMA-2-7B). "
-              f"Calibrate: python seakr.py --model {args.model} --calibrate --data NQ-open.dev.jsonl "
-              f"--limit 200", file=sys.stderr)
-    s = Settings(delta=delta if delta is not None else PAPER_THRESHOLD,
-                 layer=args.layer if args.layer is not None else default_layer(model), k=args.samples,
-                 retrieve=args.retrieve, rerank=not args.no_rerank, final=args.final, seed=args.seed)
-    if args.calibrate:
-        try:
-            calibrate(model, tok, records, s, sink)
-        finally:
-            if sink:
-                sink.close()
-        return
-    bm25 = common.load_retriever(args, records, preset="seakr")
-    prefixes = {}
-
-    def solve(rec):
-        kind = rec.get("dataset")
-        multihop = args.mode == "multihop" or (args.mode == "auto" and kind in MULTI_HOP)
-        exemplars = MULTI_HOP.get(kind, "hotpotqa") if multihop else "simpleqa"
-        if exemplars not in prefixes:
-            prefixes[exemplars] = load_exemplars(exemplars)
-        budget = Budget(common.question_seed(args.seed, rec["id"]))
-        question = rec["question"].replace(".", " ").strip()   # [official MultiHopReasoner.__init__]
-        solver = solve_multihop if multihop else solve_simple
-        return solver(model, tok, bm25, prefixes[exemplars], question, s, budget)
-
-    name = "seakr" + ("" if args.retrieve == "adaptive" else f"-{args.retrieve}") + \
-        ("-norerank" if args.no_rerank else "") + ("" if args.final == "both" else f"-{args.final}")
-    common.run(args, name, solve, records)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """SeaKR: the spec's facts (shared/specs/seakr.md section 11) and the loop on a tiny model."""
+import inspect
+import json
 import math
 
 import pytest
 import torch
 
 import common
+import retrieval
 import seakr
 
 
@@ -74,6 +77,10 @@ def test_choose_answer():
     ("Rome is the answer.", None),                                # needs a sentence before it
     ("I think. Rome is the answer.", "Rome"),
     ("No pattern here.", None),
+    ("So the answer is Dr. Who.", "Dr. Who"),                     # titles and places stay whole
+    ("So the answer is St. Louis, Missouri.", "St. Louis, Missouri"),
+    ("So the answer is Mt. Everest. It is the highest.", "Mt. Everest"),
+    ("So the answer is Paris! Really", "Paris"),
 ])
 def test_extract_answer(text, answer):
     assert seakr.extract_answer(text) == answer
@@ -97,9 +104,30 @@ def test_exemplars_render_like_the_official_demos():
                         "Jeremy Theobald is an actor and producer. Christopher Nolan is a director, producer, "
                         "and screenwriter. Therefore, they both share the profession of being a producer. "
                         "So the answer is producer.")
-    assert "F W  Murnau." in demos[1]          # periods inside a step become spaces (official)
+    assert "Of these Nosferatu was directed by F W  Murnau." in demos[1]   # periods -> spaces (official)
+    assert demos[3].endswith("only Allure was founded in 1990s. So the answer is no.")
     for kind in ("simpleqa", "2wikimultihopqa", "iirc"):
-        assert seakr.load_exemplars(kind).count("So the answer is") >= 9
+        assert len(seakr.load_exemplars(kind).split("\n\n")) == 10
+
+
+def test_exemplars_are_the_official_first_ten():
+    data = json.loads((common.DATA_DIR / "seakr_exemplars.json").read_text())
+    assert {k: len(v) for k, v in data.items() if k != "_source"} == {
+        "simpleqa": 10, "2wikimultihopqa": 10, "hotpotqa": 10, "iirc": 10}
+    # official SingleQA: examples 8-10 (ours had two others and lacked the tenth)
+    assert [d["question"] for d in data["simpleqa"][7:]] == [
+        "Who is older Jeremy Horn or Renato Sobral?", "In what country was Lost Gravity manufactured?",
+        "Who was married to a founding member of Nirvana?"]
+    assert data["simpleqa"][9]["cot"] == ["The founding member of Nirvana is Kurt Cobain.",
+                                          "Kurt Cobain was married to Courtney Love."]
+    assert data["2wikimultihopqa"][3]["question"].startswith("Do director of film Coolie No. 1 (1995 Film)")
+    assert data["2wikimultihopqa"][3]["cot"][2:4] == ["David Dhawan's nationality is India.",
+                                                     "Karl Freund's nationality is Germany."]
+    assert data["hotpotqa"][4]["question"] == ("Vertical Limit stars which actor who also played astronaut "
+                                               "Alan Shepard in 'The Right Stuff'?")
+    assert data["iirc"][6]["cot"][1] == "Mr T.'s birthname is Lawrence Tureaud."
+    assert data["iirc"][7]["cot"] == ["The conference held near Berlin in January 1942 is Wannsee Conference.",
+                                      "Wannsee Conference was attended by 15 people."]
 
 
 def test_stop_strings():
@@ -109,15 +137,51 @@ def test_stop_strings():
     assert list(seakr.stop_strings(False, final=True)) == base
 
 
-def test_query_keeps_sure_words_and_known_words():
-    tokens = [" Edward", " C", "ahn", " died", " in", " Paris"]
-    probs = [0.95, 0.5, 0.99, 0.95, 0.99, 0.3]
-    gen = common.Generation(text="".join(tokens), token_ids=list(range(6)),
-                            logprobs=[math.log(p) for p in probs], finish=". ", tokens=tokens)
-    q = seakr.query_from_step(gen, gen.text.strip(), "When did the director of film X die?",
-                              "The film X was directed by Edward Cahn")
-    # Cahn has an unsure token but is in the previous step; Paris is unsure and new; "in" is a stop word
-    assert q == "Edward Cahn died"
+def step_generation(tok, text: str, unsure: list[str]) -> common.Generation:
+    """A generated step as common.greedy returns it: ids, text decoded from them, per-token decodes;
+    p = 0.3 for the tokens that overlap an unsure word (found by the tokenizer's own offsets), else 0.95."""
+    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids, offsets = enc["input_ids"], enc["offset_mapping"]
+    spans = [(text.index(w), text.index(w) + len(w)) for w in unsure]
+    probs = [0.3 if any(a < hi and b > lo for lo, hi in spans) else 0.95 for a, b in offsets]
+    assert 0.3 in probs and 0.95 in probs
+    return common.Generation(text=tok.decode(ids, skip_special_tokens=True), token_ids=ids,
+                             logprobs=[math.log(x) for x in probs], finish=". ",
+                             tokens=[tok.decode([t]) for t in ids])
+
+
+@pytest.mark.parametrize("text,unsure,question,previous,query", [
+    # the issue's case: on SentencePiece, per-token decodes drifted and gave "film Laughter Hell Edward"
+    ("The film Laughter In Hell was directed by Edward Cahn", ["Edward Cahn"], "Who made it?", "",
+     "film Laughter Hell directed"),
+    # Cahn is unsure but in the previous step; Paris unsure and new; "in" is a stop word
+    ("Edward Cahn died in Paris", ["Cahn", "Paris"], "When did the director of film X die?",
+     "The film X was directed by Edward Cahn", "Edward Cahn died"),
+    # non-ASCII words split across byte tokens
+    ("Cahn was born in Île-de-France and died in Paris", ["Paris"], "Who?", "", "Cahn born Île de France died"),
+    ("Born in Tokyo (東京都), Cahn directed films", ["Cahn"], "Who?", "", "Born Tokyo 東京都 directed films"),
+    ("Edward Cahn was born in Île-de-France", ["Île-de-France"], "Who?", "", "Edward Cahn born"),
+])
+def test_query_keeps_sure_words_and_known_words(real_tok, text, unsure, question, previous, query):
+    gen = step_generation(real_tok, text, unsure)
+    assert seakr.query_from_step(real_tok, gen, gen.text.strip(), question, previous) == query
+
+
+def test_token_spans_follow_the_decoded_text(real_tok):
+    text = "Paris is in the Île-de-France region"
+    ids = real_tok(text, add_special_tokens=False)["input_ids"]
+    decoded = real_tok.decode(ids)
+    spans = seakr.token_spans(real_tok, ids)
+    assert len(spans) == len(ids) and spans[-1][1] == len(decoded)
+    # in order, no gaps: a token starts where the one before ends, or shares its span (one character)
+    assert spans[0][0] == 0 and all(x == y or x[1] == y[0] for x, y in zip(spans, spans[1:]))
+    i = decoded.index("Î")
+    byte_tokens = [k for k, (a, b) in enumerate(spans) if a <= i < b]
+    assert len(byte_tokens) >= 2                  # "Î" is two bytes: each token of it covers it
+    assert {decoded[a:b].strip() for a, b in (spans[k] for k in byte_tokens)} <= {"Î", "Île", "Îl"}
+    distinct = [x for k, x in enumerate(spans) if k == 0 or x != spans[k - 1]]
+    assert "".join(decoded[a:b] for a, b in distinct) == decoded
+    assert decoded[slice(*spans[-1])].strip() in ("region", "ion", "gion", "n")   # the last word's end
 
 
 def test_default_layer_is_middle():
@@ -163,7 +227,7 @@ CORPUS = [{"id": f"p{i}", "title": t, "text": x} for i, (t, x) in enumerate([
 ])]
 
 
-@pytest.mark.parametrize("mode", ["never", "always", "adaptive"])
+@pytest.mark.parametrize("mode", ["no-sa-retrieval", "adaptive"])
 def test_multihop_loop_invariants(tiny, mode):
     model, tok = tiny
     s = seakr.Settings(delta=-math.inf, layer=1, k=3, retrieve=mode)
@@ -173,9 +237,7 @@ def test_multihop_loop_invariants(tiny, mode):
     assert 1 <= len(steps) <= seakr.MAX_STEPS
     assert out["retrievals"] == len(out["trace"]["passages"]) <= seakr.MAX_DOCS
     assert len(set(out["trace"]["passages"])) == out["retrievals"]          # a passage is chosen once
-    if mode == "never":
-        assert out["retrievals"] == 0 and not any(st["retrieved"] for st in steps)
-    else:                                   # delta = -inf: every step that is not an answer retrieves
+    if True:                                # delta = -inf: every step that is not an answer retrieves
         retrieved = [st for st in steps if st["retrieved"]]
         assert retrieved and all("query" in st for st in retrieved)
         for st in retrieved:
@@ -211,3 +273,151 @@ def test_end_to_end_on_embedded_model(tmp_path):
     assert row["id"] == "demo_hp_01" and isinstance(row["prediction"], str)
     assert row["trace"]["steps"] and row["model_calls"] >= 2
     assert (tmp_path / "seakr.summary.json").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# The rationale strategy, the forced answer, the baselines and the ablations' names
+
+def fake_calls(monkeypatch, reply: str):
+    """seakr.call and common.greedy replaced: record each prompt (and max_new_tokens), answer `reply`."""
+    seen = []
+
+    def call(model, tok, prompt, stop, s, budget):
+        budget.calls += 1
+        seen.append(("call", prompt, None))
+        return seakr.Call(reply, -7.0, common.Generation(reply, [], [], "eos"), 3)
+
+    def greedy(model, tok, prompt, max_new_tokens=64, stop=()):
+        seen.append(("greedy", prompt, max_new_tokens))
+        return common.Generation(" Rome.", [], [], "eos")
+    monkeypatch.setattr(seakr, "call", call)
+    monkeypatch.setattr(seakr.common, "greedy", greedy)
+    return seen
+
+
+def test_rationales_drop_every_answer_sentence_whole(monkeypatch):
+    seen = fake_calls(monkeypatch, "So the answer is Cahn.")
+    s = seakr.Settings(delta=0.0, layer=0, final="rationales")
+    steps = ["The film Laughter In Hell was directed by Edward L. Cahn.",
+             "Edward L. Cahn died in St. Louis. So the answer is Edward L. Cahn. Rome is the answer."]
+    out = seakr.reason(None, None, "P", "Q", steps, [], s, seakr.Budget(0))
+    prompt = seen[0][1]
+    # official filter_last_step: both answer sentences go, "Cahn." does not leak, "St. Louis." stays
+    assert prompt.endswith("Context: [1] The film Laughter In Hell was directed by Edward L. Cahn.\n"
+                           "[2] Edward L. Cahn died in St. Louis.\nAnswer in the same format as before. "
+                           "\nQuestion: Q\nAnswer:")
+    assert out["step_answer"] == "Cahn"
+    assert seakr.drop_answer_sentences("So the answer is Rome.") == ""
+    seen.clear()            # nothing left: the strategy still answers, without context (official)
+    seakr.reason(None, None, "P", "Q", ["So the answer is Rome."], [], s, seakr.Budget(0))
+    assert seen[0][1] == "P\n\nAnswer in the same format as before. \nQuestion: Q\nAnswer:"
+    assert seakr.drop_answer_sentences("Dr. Who is set in London. THE ANSWER IS London.") == \
+        "Dr. Who is set in London."
+
+
+def test_forced_answer_is_100_tokens_multihop_20_simple(monkeypatch):
+    seen = fake_calls(monkeypatch, "no answer here")
+    s = seakr.Settings(delta=0.0, layer=0, final="rationales")
+    out = seakr.reason(None, None, "P", "Q", ["A step."], [], s, seakr.Budget(0))
+    assert out["step_answer"] == "Rome"
+    assert [(kind, n) for kind, _, n in seen] == [("call", None), ("greedy", 100)]   # official call_llm
+    assert seen[1][1].endswith("\nAnswer: So the answer is")
+    seen.clear()
+    answer, _ = seakr.answer_once(None, None, "P\nAnswer:", s, seakr.Budget(0))
+    assert answer == "Rome"
+    assert [(kind, n) for kind, _, n in seen] == [("call", None), ("greedy", 20)]    # official gen_loop
+    assert seen[1][1] == "P\nAnswer: no answer here So the answer is"
+
+
+def no_sampling(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("a baseline draws no samples")
+    monkeypatch.setattr(seakr.common, "sample_many", refuse)
+
+
+def test_cot_baseline_is_one_chain(tiny, monkeypatch):
+    model, tok = tiny
+    no_sampling(monkeypatch)
+    seen = []
+    real = common.greedy
+
+    def greedy(m, t, prompt, max_new_tokens=64, stop=()):
+        seen.append((prompt, max_new_tokens, tuple(stop)))
+        return real(m, t, prompt, max_new_tokens=max_new_tokens, stop=stop)
+    monkeypatch.setattr(seakr.common, "greedy", greedy)
+    s = seakr.Settings(delta=-math.inf, layer=1, k=3, retrieve="never")
+    out = seakr.solve_multihop(model, tok, common.BM25(CORPUS), "Question: a?\nAnswer: b. So the answer is c.",
+                               "Who founded Alpha?", s, seakr.Budget(seed=0))
+    assert seen[0] == ("Question: a?\nAnswer: b. So the answer is c.\n\nAnswer in the same format as before. "
+                       "\nQuestion: Who founded Alpha?\nAnswer:", 100, seakr.BASE_STOP)   # the whole chain
+    assert len(seen) == out["model_calls"] <= 2          # the chain, and a forced answer if it names none
+    assert out["retrievals"] == 0 and set(out["trace"]) == {"chain", "answer"}   # no choice by U
+
+
+class RecordingBM25(retrieval.LocalBM25):
+    def __init__(self, passages):
+        super().__init__(passages, "seakr")
+        self.queries = []
+
+    def search(self, query, k):
+        self.queries.append(query)
+        return super().search(query, k)
+
+
+def test_ircot_retrieves_every_step_and_takes_the_top_hit(tiny, monkeypatch):
+    model, tok = tiny
+    no_sampling(monkeypatch)
+    bm25 = RecordingBM25(CORPUS)
+    question = "Who founded Alpha town and where was Beta born?"
+    s = seakr.Settings(delta=math.inf, layer=1, k=3, retrieve="ircot")
+    out = seakr.solve_multihop(model, tok, bm25, "Question: a?\nAnswer: b. So the answer is c.", question, s,
+                               seakr.Budget(seed=0))
+    steps = out["trace"]["steps"]
+    assert bm25.queries[0] == question                       # the first query is the question
+    assert out["trace"]["passages"][0] == common.BM25(CORPUS).search(question, 1)[0]["id"]   # BM25's top hit
+    for before, after in zip(steps, steps[1:]):              # then the last generated sentence
+        assert after["query"] == before["text"][-64:].strip()
+    assert out["retrievals"] == len(out["trace"]["passages"]) == len(set(out["trace"]["passages"]))
+    assert all("candidates" not in st for st in steps) and "chosen" not in out["trace"]
+    assert out["retrievals"] == len([st for st in steps if st["passage"]])    # one passage per step
+
+
+def test_simple_qa_baselines(tiny, monkeypatch):
+    model, tok = tiny
+    no_sampling(monkeypatch)
+    for mode, retrievals in (("never", 0), ("ircot", 1)):
+        s = seakr.Settings(delta=-math.inf, layer=1, k=3, retrieve=mode)
+        out = seakr.solve_simple(model, tok, common.BM25(CORPUS), "Q", "Where was Beta born?", s, seakr.Budget(0))
+        assert out["retrievals"] == retrievals and "candidates" not in out["trace"]
+        assert out["trace"].get("passages", ["p1"])[0] == "p1"
+
+
+def test_run_names_are_the_papers():
+    assert seakr.run_name("adaptive") == "seakr"
+    assert seakr.run_name("never") == "cot" and seakr.run_name("ircot") == "ircot"
+    assert seakr.run_name("no-sa-retrieval") == "seakr-no-sa-retrieval"
+    assert seakr.run_name("adaptive", rerank=False) == "seakr-no-sa-rerank"
+    assert seakr.run_name("adaptive", final="rationales") == "seakr-rationales-only"
+    assert seakr.run_name("adaptive", final="knowledge") == "seakr-knowledge-only"
+    assert seakr.RETRIEVE_MODES == ("adaptive", "never", "ircot", "no-sa-retrieval")
+    with pytest.raises(SystemExit):                         # a baseline has no re-ranking to ablate
+        seakr.main(["--retrieve", "ircot", "--no-rerank"])
+
+
+def test_question_edit_is_multihop_only():
+    assert seakr.edit_question("Who directed F.W. Murnau's film?", True) == "Who directed F W  Murnau's film?"
+    assert seakr.edit_question("Who is Dr. Who?", False) == "Who is Dr. Who?"
+
+
+def test_citations_and_layout():
+    assert "paper 3.4" in seakr.eigen_score.__doc__ and "paper 3.1" in seakr.should_retrieve.__doc__
+    assert "paper 3.2" in seakr.pick_candidate.__doc__ and "paper 3.3" in seakr.choose_answer.__doc__
+    assert "paper 3.3" in seakr.reason.__doc__
+    src = inspect.getsource(seakr)
+    assert "SIMPLE_QA_N = 10        # passages tried one by one in simple QA [official eval_singlehop" in src
+    assert "[paper 4.1.3" not in src.split("SIMPLE_QA_N = 10")[1].split("\n")[0]
+    # calibration is no part of the method: after main(), before the entry point
+    line = {f: inspect.getsourcelines(getattr(seakr, f))[1] for f in ("main", "threshold_table", "calibrate")}
+    assert line["main"] < line["threshold_table"] < line["calibrate"]
+    assert src.index("def calibrate") < src.index('if __name__ == "__main__":')
+    assert '"Answer: "' in seakr.__doc__ or "trailing space" in seakr.__doc__
