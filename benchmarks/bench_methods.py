@@ -138,7 +138,8 @@ def main():
     print(f"threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; seconds per question "
           f"(median over {a.limit} questions x {a.repeats} repeats)")
     print(f"{'method':6} {'dataset':11} " + " ".join(f"{n:>9}" for n, _, _ in variants)
-          + ("" if a.no_plain else f" {'vs plain':>9}") + "  outputs equal to shipped")
+          + ("" if a.no_plain else f" {'vs plain':>9}")
+          + ("  precision" if a.models else "  outputs equal to shipped"))
     print("\n".join(lines))
     print(json.dumps(figures))
 
