@@ -32,7 +32,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -381,7 +381,6 @@ class Generation:
     logprobs: list[float]          # log p(token) under the model (temperature 1, no top-k/top-p)
     finish: str                    # the stop string that ended it, "eos" or "length"
     hidden: torch.Tensor | None = None  # hidden_module's output at the final position (see reference)
-    tokens: list[str] = field(default_factory=list)  # each token decoded on its own
 
     @property
     def probs(self) -> list[float]:
@@ -445,8 +444,7 @@ def reference(model, tok, prompt: str | list[int], k: int = 0, *, with_greedy: b
     finally:
         if hook is not None:
             hook.remove()
-    return [Generation(texts[r], gen[r], lps[r], finish[r], hidden[r], [tok.decode([t]) for t in gen[r]])
-            for r in range(n)]
+    return [Generation(texts[r], gen[r], lps[r], finish[r], hidden[r]) for r in range(n)]
 
 
 def _draw(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
@@ -1660,5 +1658,4 @@ def _decode(model, tok, logits, past, mask, next_pos, *, sampled: torch.Tensor, 
     finally:
         if hook is not None:
             hook.remove()
-    return [Generation(texts[r], gen[r], lps[r], finish[r], hidden[r],
-                       [tok.decode([t]) for t in gen[r]]) for r in range(n)]
+    return [Generation(texts[r], gen[r], lps[r], finish[r], hidden[r]) for r in range(n)]

@@ -6,10 +6,11 @@
 
 Runs (each a plain command line of seakr.py / ctrla.py / rowen.py, written to OUT/NAME.jsonl with its
 log in OUT/NAME.log; a run already complete is skipped, a partial one resumes):
-- SeaKR at its default delta, at the --deltas, never and always retrieving;
+- SeaKR at its default delta and at the --deltas; the papers' baselines from seakr.py: CoT (one chain,
+  no retrieval), IRCoT (retrieve at every step, BM25's top hit) and the "- S.A. Retrieval" ablation;
 - CtrlA at its default tau, at the --taus, never and always retrieving;
 - Rowen once with --mode hybrid --always-retrieve: it computes Z_CL and Z_CM and repairs every answer,
-  so Rowen-CL, -CM, -Hybrid at any threshold (the default 1.4 and the --zs) and never-retrieve are
+  so Rowen-CL, -CM, -Hybrid at any threshold (the default, rowen.THRESHOLDS, and the --zs) and never-retrieve are
   re-read from that one run (rowen.at_threshold: the predictions a run of that mode and threshold
   gives; calls and seconds stay the hybrid run's).
 Writes OUT/table.md (EM, F1, acc, retrieval rate, retrievals, model calls and seconds per question),
@@ -45,8 +46,10 @@ def runs(a) -> dict:
     out = {"seakr": ("seakr.py", [], "SeaKR", "SeaKR (default delta)")}
     out.update({f"seakr-delta{d:g}": ("seakr.py", ["--threshold", f"{d:g}"], "SeaKR", f"SeaKR, delta {d:g}")
                 for d in a.deltas})
-    out["seakr-never"] = ("seakr.py", ["--retrieve", "never"], "SeaKR", "SeaKR, never retrieve (CoT)")
-    out["seakr-always"] = ("seakr.py", ["--retrieve", "always"], "SeaKR", "SeaKR, always retrieve (IRCoT-like)")
+    out["cot"] = ("seakr.py", ["--retrieve", "never"], "SeaKR", "CoT (no retrieval)")
+    out["ircot"] = ("seakr.py", ["--retrieve", "ircot"], "SeaKR", "IRCoT (retrieve every step, top hit)")
+    out["seakr-no-sa-retrieval"] = ("seakr.py", ["--retrieve", "no-sa-retrieval"], "SeaKR",
+                                    "SeaKR - S.A. Retrieval (ablation: retrieve every step)")
     out["ctrla"] = ("ctrla.py", [], "CtrlA", "CtrlA (default tau)")
     out.update({f"ctrla-tau{t:g}": ("ctrla.py", ["--tau", f"{t:g}"], "CtrlA", f"CtrlA, tau {t:g}") for t in a.taus})
     out["ctrla-never"] = ("ctrla.py", ["--never-retrieve"], "CtrlA", "CtrlA, never retrieve")
@@ -89,11 +92,18 @@ def run_all(names: list[str], a) -> None:
                 print(f"{name}: {status} in {time.time() - start:.0f} s", flush=True)
 
 
+# Run files made before the baselines got the papers' names (results/hotpotqa50, results/2wikimultihopqa50):
+# read when present, under labels that say what their code ran.
+LEGACY = {"seakr-never": ("SeaKR", "SeaKR --retrieve never (old code: two chains chosen by U; not CoT)"),
+          "seakr-always": ("SeaKR", "SeaKR --retrieve always (old code: the - S.A. Retrieval ablation; not IRCoT)")}
+
+
 def table_rows(a) -> list[tuple[str, str, str, dict]]:
     """(name, method, label, summary) for every run file present, the Rowen rows re-read."""
     import rowen  # here, not at the top: it imports torch through common
     out = []
-    for name, (_, _, method, label) in runs(a).items():
+    named = {**runs(a), **{n: (None, None, m, label) for n, (m, label) in LEGACY.items()}}
+    for name, (_, _, method, label) in named.items():
         path = a.out / f"{name}.jsonl"
         if not path.exists():
             continue
@@ -128,8 +138,8 @@ def plot(rows, path: Path, title: str) -> bool:
             continue
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "-o", color=color, label=method, alpha=0.8)
         for x, y, name in pts:
-            if name.endswith(("never", "always")):
-                ax.annotate(name.rsplit("-", 1)[1], (x, y), textcoords="offset points", xytext=(4, 4),
+            if name in ("cot", "ircot", "seakr-no-sa-retrieval") or name.endswith(("never", "always")):
+                ax.annotate(name.replace("seakr-", "").replace("ctrla-", "").replace("rowen-", ""), (x, y), textcoords="offset points", xytext=(4, 4),
                             fontsize=7, color=color)
         for x, y, name in pts:
             if name in ("seakr", "ctrla", "rowen-hybrid"):   # the defaults
@@ -156,7 +166,7 @@ def main(argv=None):
                    help="a subset of the runs (names as in the file names: seakr, ctrla-never, rowen-hybrid-always, ...)")
     p.add_argument("--deltas", type=float, nargs="*", help=f"SeaKR thresholds beside the default (SmolLM2: {DELTAS})")
     p.add_argument("--taus", type=float, nargs="*", help=f"CtrlA taus beside the default (SmolLM2: {TAUS})")
-    p.add_argument("--zs", type=float, nargs="*", default=ZS, help="Rowen hybrid thresholds beside the default 1.4")
+    p.add_argument("--zs", type=float, nargs="*", default=ZS, help="Rowen hybrid thresholds beside the default (rowen.THRESHOLDS)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (2 cores: 2, with OMP_NUM_THREADS=1)")
     p.add_argument("--table-only", action="store_true", help="no runs: the table and plot from OUT")
     p.add_argument("extra", nargs=argparse.REMAINDER,

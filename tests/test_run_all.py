@@ -34,7 +34,7 @@ def test_commands_and_resume(tmp_path):
                                                        "--tau", "-9.8", "--seed", "1"]
     assert run_all.command("rowen-hybrid-always", a)[-7:-2] == ["--verifier", "V", "--mode", "hybrid", "--always-retrieve"]
     assert "--verifier" not in run_all.command("seakr", a)
-    assert list(run_all.runs(a)) == ["seakr", "seakr-delta2.5", "seakr-delta0.8", "seakr-never", "seakr-always",
+    assert list(run_all.runs(a)) == ["seakr", "seakr-delta2.5", "seakr-delta0.8", "cot", "ircot", "seakr-no-sa-retrieval",
                                      "ctrla", "ctrla-tau-9.8", "ctrla-tau-6.8", "ctrla-never", "ctrla-always",
                                      "rowen-hybrid-always"]
     write(tmp_path / "seakr.jsonl", [qa("1", "Paris", 1)])
