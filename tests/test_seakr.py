@@ -138,7 +138,7 @@ def test_stop_strings():
 
 
 def step_generation(tok, text: str, unsure: list[str]) -> common.Generation:
-    """A generated step as common.greedy returns it: ids, text decoded from them, per-token decodes;
+    """A generated step as common.greedy returns it: ids and the text decoded from them;
     p = 0.3 for the tokens that overlap an unsure word (found by the tokenizer's own offsets), else 0.95."""
     enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, offsets = enc["input_ids"], enc["offset_mapping"]
@@ -146,8 +146,7 @@ def step_generation(tok, text: str, unsure: list[str]) -> common.Generation:
     probs = [0.3 if any(a < hi and b > lo for lo, hi in spans) else 0.95 for a, b in offsets]
     assert 0.3 in probs and 0.95 in probs
     return common.Generation(text=tok.decode(ids, skip_special_tokens=True), token_ids=ids,
-                             logprobs=[math.log(x) for x in probs], finish=". ",
-                             tokens=[tok.decode([t]) for t in ids])
+                             logprobs=[math.log(x) for x in probs], finish=". ")
 
 
 @pytest.mark.parametrize("text,unsure,question,previous,query", [
