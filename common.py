@@ -221,9 +221,11 @@ def default_model(device: str, flags: str) -> tuple[str, str]:
     about 10 minutes on a 2-core machine in the precision choose_dtype picks there.
 
     Qwen2.5-Coder-1.5B where that precision is bfloat16 (a GPU, or a CPU with AMX / AVX512-BF16:
-    bfloat16 products 2.4 vs 0.31 TFLOP/s of float32 on a 2-core Xeon). Elsewhere float32 on an
-    AVX2 CPU makes every Qwen far slower than SmolLM2-135M per question (README "Models"), so SmolLM2
-    stays the default there; --model qwen2.5-coder-1.5b runs the stronger model on any machine.
+    bfloat16 products 2.4 vs 0.31 TFLOP/s of float32 on a 2-core Xeon). Elsewhere only float32 is
+    fast (bfloat16 products ran at 1/50 of float32's speed on a 2-core AVX2 AMD EPYC), and there one
+    SeaKR demo question took 141 s with Qwen-0.5B and 87 s with SmolLM2 (busy machine, one thread),
+    so 16 questions of a Qwen exceed 10 minutes: SmolLM2 stays the default on such CPUs.
+    --model qwen2.5-coder-1.5b runs the stronger model on any machine.
     """
     dtype, why = choose_dtype(device, flags)
     if dtype == "bfloat16":
