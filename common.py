@@ -4,7 +4,8 @@ Plumbing only. Everything a paper describes lives in its method file; this file 
 them needs to talk to a language model, a corpus and a question set:
 
 - models:     load_model() for a Hugging Face id, a local directory or an embedded alias
-              (smollm2-135m, gemma3-270m), converted from GGUF once and cached on disk
+              (smollm2-135m, gemma3-270m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b), converted from GGUF
+              once and cached on disk; the split Qwen files joined and checked against Qwen's sha256
 - prompts:    chat_prompt() for chat turns, encode() for any prompt text
 - generation: reference() is the plain decoding loop a reader can check in one screen: greedy and
               k samples, cut at stop strings, with per-token log-probabilities and the hidden state

@@ -14,7 +14,7 @@ dhx20150812/Rowen (gpt-3.5-turbo-0613 as M, qwen-max as M_V, Google Serper as se
 
 Models: M answers, paraphrases, translates, judges and repairs: it must follow instructions in a chat
 template and answer in the target language (paper 5.3 chose Qwen models for their Chinese), so the
-default MODEL is to be a Qwen chat model. M_V only answers the English questions (Eq. 3): it must be
+default MODEL is Qwen2.5-Coder-0.5B-Instruct. M_V only answers the English questions (Eq. 3): it must be
 instruction-tuned and, for the check to mean anything, of another family than M (paper 4.3: qwen-max,
 "a large instruction-tuned model for chat service", with gpt-3.5; paper 5.3: Llama-3-8B-Instruct with
 Qwen); the default VERIFIER is SmolLM2-135M-Instruct. A model without a chat template gets the same
@@ -82,8 +82,9 @@ THRESHOLDS = {"cl": 0.6,     # retrieve iff Z < threshold [paper 5.4, Fig. 4(a):
               "hybrid": 0.5}  # on Z in [0, 1 + alpha]; the paper gives none [official --threshold 0.5]
 TOP_K = 2                    # passages per search query [official Serper parser keeps int(5/2) = 2]
 TARGET_LANGUAGE = "Chinese"  # [paper 4.3: English -> Chinese; Table 7 also German and French]
-MODEL = common.DEFAULT_MODEL  # M: Rowen's main model must answer in the target language, so a Qwen
-                             # chat model once common.py has one [paper 5.3: Qwen for Chinese]
+MODEL = "qwen2.5-coder-0.5b"  # M: must answer in the target language, so a Qwen chat model, the smaller
+                             # embedded one on any machine (Rowen makes ~45 calls a question)
+                             # [paper 5.3: Qwen for Chinese]
 VERIFIER = "smollm2-135m"    # M_V: SmolLM2-135M-Instruct, an instruction-tuned chat model of another family
                              # than the Qwen M [paper 4.3: qwen-max-0428; 5.3: Llama-3-8B-Instruct]
 SYSTEM = "You are a helpful assistant."    # [official construct_input_message]

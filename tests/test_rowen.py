@@ -159,8 +159,8 @@ def test_own_prompts_end_in_an_instruction_and_the_repair_asks_the_question_last
 
 
 def test_models_and_chat_turns(monkeypatch):
-    # M_V is an instruction-tuned chat model of its own family; M is the --model default
-    assert rowen.VERIFIER == "smollm2-135m" and rowen.MODEL == common.DEFAULT_MODEL
+    # M_V is an instruction-tuned chat model of its own family; M, the --model default, a Qwen chat model
+    assert rowen.VERIFIER == "smollm2-135m" and rowen.MODEL == "qwen2.5-coder-0.5b" in common.EMBEDDED
     seen = {}
 
     def stop_before_loading(args):      # the parsed arguments, before any model loads
