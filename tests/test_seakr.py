@@ -149,7 +149,7 @@ def step_generation(tok, text: str, unsure: list[str]) -> common.Generation:
                              logprobs=[math.log(x) for x in probs], finish=". ")
 
 
-@pytest.mark.parametrize("text,unsure,question,previous,query", [
+QUERY_CASES = [
     # the issue's case: on SentencePiece, per-token decodes drifted and gave "film Laughter Hell Edward"
     ("The film Laughter In Hell was directed by Edward Cahn", ["Edward Cahn"], "Who made it?", "",
      "film Laughter Hell directed"),
@@ -160,10 +160,27 @@ def step_generation(tok, text: str, unsure: list[str]) -> common.Generation:
     ("Cahn was born in Île-de-France and died in Paris", ["Paris"], "Who?", "", "Cahn born Île de France died"),
     ("Born in Tokyo (東京都), Cahn directed films", ["Cahn"], "Who?", "", "Born Tokyo 東京都 directed films"),
     ("Edward Cahn was born in Île-de-France", ["Île-de-France"], "Who?", "", "Edward Cahn born"),
-])
+]
+
+
+@pytest.mark.parametrize("text,unsure,question,previous,query", QUERY_CASES)
 def test_query_keeps_sure_words_and_known_words(real_tok, text, unsure, question, previous, query):
     gen = step_generation(real_tok, text, unsure)
     assert seakr.query_from_step(real_tok, gen, gen.text.strip(), question, previous) == query
+
+
+@pytest.mark.slow
+def test_query_alignment_on_the_embedded_gemma_tokenizer():
+    """The same cases on a real SentencePiece tokenizer (Gemma 3's "▁" pieces and byte fallback, from the
+    embedded GGUF; unlike LLaMA's, its decoder keeps a lone token's leading space)."""
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(common._convert_embedded("gemma3-270m"))
+    assert tok.convert_ids_to_tokens(tok("a Cahn", add_special_tokens=False)["input_ids"])[1].startswith("▁")
+    for text, unsure, question, previous, query in QUERY_CASES:
+        gen = step_generation(tok, text, unsure)
+        assert seakr.query_from_step(tok, gen, gen.text.strip(), question, previous) == query, text
+        spans = seakr.token_spans(tok, gen.token_ids)
+        assert spans[-1][1] == len(gen.text) and all(a <= b for a, b in spans)
 
 
 def test_token_spans_follow_the_decoded_text(real_tok):
