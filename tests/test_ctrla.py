@@ -403,7 +403,7 @@ def test_never_retrieve_and_multihop_prompt(tiny_run):
 
 @pytest.mark.slow
 def test_features_and_loop_on_smollm2():
-    model, tok = common.load_model("smollm2-135m")
+    model, tok = common.load_model("smollm2-135m", "float32")   # the same on every CPU
     rows = ctrla.read_statements(ctrla.HONESTY_FILE)[:6]
     feats = ctrla.features(model, tok, "honesty", n_pairs=32, rows=rows)
     assert feats["direction"].shape == (30, 576) and "center" not in feats

@@ -118,7 +118,7 @@ def test_resume_stops_when_a_setting_differs_and_overwrite_starts_afresh(tmp_pat
     args = make_args(tmp_path, limit=2)
     common.run(args, "fake", answer)
     settings = json.loads((tmp_path / "out.settings.json").read_text())
-    assert settings["--model"] == "smollm2-135m" and settings["--seed"] == 0
+    assert settings["--model"] == common.DEFAULT_MODEL and settings["--seed"] == 0   # the CPU's default
     assert "--limit" not in settings and "--output" not in settings               # not settings
     assert settings["question file"].startswith(f"{(FIXTURES / 'nq_open.jsonl').stat().st_size} bytes, sha256 ")
     # --limit is not a setting: a longer run resumes and answers only the new question
