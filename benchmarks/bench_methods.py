@@ -4,8 +4,8 @@
 
 Each method runs on its demo set (seakr: hotpotqa, ctrla: popqa, rowen: truthfulqa) or on the one
 named after a colon. For each, the same command runs twice per repeat, one after the other in this one process
-tree: as shipped, and with --plain (no prefix KV cache, no batching: every model call prefilled and
-decoded alone; the same code behind one flag). --before DIR adds a third run of an older checkout of
+tree: as shipped, and with --plain (every model call through common.reference, the plain decoding loop:
+no prefix KV cache, no batching, no shared prompt cache). --before DIR adds a third run of an older checkout of
 this project (e.g. `git worktree add /tmp/before <commit>`) with the same arguments, to compare with
 the code before a change. --dtype bfloat16 adds a run of the shipped code in that precision: its
 outputs differ, so the figures add each variant's scores (EM/F1/acc or BLEU/ROUGE-L) beside the
