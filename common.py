@@ -1049,7 +1049,7 @@ def check_inputs(args) -> list[dict]:
     Returns the questions. InputError with a one-line message otherwise."""
     records = load_questions(args)
     corpus = getattr(args, "corpus", None)
-    if corpus not in (None, "demo", "contexts") and not str(corpus).startswith("es://") \
+    if corpus not in (None, "demo", "contexts") and not str(corpus).startswith(("es://", "es+https://")) \
             and not Path(corpus).exists():
         raise InputError(f"--corpus {corpus}: no such file or index directory; pass demo, contexts, a corpus "
                          "file, an index directory (python retrieval.py build CORPUS DIR) or es://HOST:PORT/INDEX")
