@@ -66,7 +66,7 @@ import json
 import math
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -294,6 +294,7 @@ class Call:
     score: float                  # eigen score of the samples (+inf when no sample is usable)
     gen: common.Generation        # the greedy Generation (tokens and probabilities, for the query)
     samples: int = 0              # how many non-empty samples entered the score
+    sample_nll: list[float] = field(default_factory=list)  # per such sample: -mean log p of its tokens
 
 
 @dataclass
@@ -334,7 +335,8 @@ def call_many(model, tok, prompts: list[str], stop, s: Settings, budget: Budget)
                                    with_greedy=True):
         greedy, samples = gens[0], [g for g in gens[1:] if g.text.strip()]
         score = eigen_score(torch.stack([g.hidden for g in samples])) if samples else math.inf
-        calls.append(Call(greedy.text.strip(), score, greedy, len(samples)))
+        nll = [-sum(g.logprobs) / len(g.logprobs) for g in samples if g.logprobs]
+        calls.append(Call(greedy.text.strip(), score, greedy, len(samples), nll))
     return calls
 
 
@@ -593,8 +595,8 @@ def main(argv=None):
     p.add_argument("--mode", choices=["auto", "multihop", "simple"], default="auto",
                    help="multi-hop loop or simple QA (auto: by dataset)")
     p.add_argument("--calibrate", action="store_true",
-                   help="print retrieval rate and accuracy per threshold on --data/--dataset, then exit "
-                        "(with --output: each question's score and answer to that JSONL file)")
+                   help="answer --data/--dataset directly, write each answer's eigen score and the "
+                        "paper's baseline scores (a run file, resumable), print accuracy per threshold")
     args = p.parse_args(argv)
     if args.retrieve == "always":
         args.retrieve = "no-sa-retrieval"
@@ -602,12 +604,6 @@ def main(argv=None):
         p.error(f"--retrieve {args.retrieve} is a baseline without re-ranking, reasoning strategies or U")
 
     records = common.check_inputs(args)        # bad input fails here, before the model loads
-    sink = None
-    if args.calibrate and args.output:
-        try:
-            sink = open(args.output, "w", encoding="utf-8")
-        except OSError as e:
-            raise common.InputError(f"cannot write {args.output} ({e.strerror})") from None
     model, tok = common.load_model(args.model, args.dtype, args.device)
     delta = args.threshold if args.threshold is not None else THRESHOLDS.get(args.model)
     if delta is None and not args.calibrate:
@@ -619,11 +615,7 @@ def main(argv=None):
                  layer=args.layer if args.layer is not None else default_layer(model), k=args.samples,
                  retrieve=args.retrieve, rerank=not args.no_rerank, final=args.final, seed=args.seed)
     if args.calibrate:
-        try:
-            calibrate(model, tok, records, s, sink)
-        finally:
-            if sink:
-                sink.close()
+        calibrate(model, tok, args, records, s)
         return
     bm25 = common.load_retriever(args, records, preset="seakr")
     prefixes = {}
@@ -675,27 +667,47 @@ def threshold_table(rows: list[tuple[float, bool]]) -> dict:
             "min": scores[0], "median": scores[len(scores) // 2], "max": scores[-1]}
 
 
-def calibrate(model, tok, records: list[dict], s: Settings, sink=None) -> dict:
-    """Score each question's direct answer (simple-QA prompt, no passages) and print threshold_table:
-    per candidate threshold, the retrieval rate and the no-retrieval accuracy on each side, and the
-    deltas our rule and the paper's condition recommend. With `sink` (an open text file), each
-    question's id, score, answer and correctness go there as JSONL as they come."""
+def uncertainty_baselines(c: Call) -> dict:
+    """The simpler estimators SeaKR's ablation compares with the eigen score (paper 4.4, "Ablating
+    Self-aware Uncertainty Estimator"), from the same call; each higher = less sure:
+    - perplexity: exp(-mean log p) of the greedy answer's tokens (the official engine's `perplexity`,
+      whose tokens end before EOS, as Generation.token_ids do) and that mean log p itself;
+    - multi-perplexity: the mean of the k samples' perplexities (the official `ln_entropy`);
+    - LN-entropy (Malinin and Gales, 2020): the mean over samples of -mean log p, length-normalised.
+    Log-probabilities are the model's at temperature 1 (Generation.logprobs), as official.
+    The energy score needs the raw logits, which a Generation does not keep: not computed."""
+    lp = c.gen.logprobs
+    out = {"mean_logprob": _num(sum(lp) / len(lp)) if lp else None,
+           "perplexity": _num(math.exp(-sum(lp) / len(lp))) if lp else None,
+           "multi_perplexity": None, "ln_entropy": None, "samples": c.samples}
+    if c.sample_nll:
+        out["multi_perplexity"] = _num(sum(math.exp(x) for x in c.sample_nll) / len(c.sample_nll))
+        out["ln_entropy"] = _num(sum(c.sample_nll) / len(c.sample_nll))
+    return out
+
+
+def calibrate(model, tok, args, records: list[dict], s: Settings) -> dict:
+    """Answer each question directly (simple-QA prompt, no passages) and print threshold_table: per
+    candidate threshold, the retrieval rate and the no-retrieval accuracy on each side, and the deltas
+    our rule and the paper's condition recommend. The answers go through common.run, so a calibration
+    file is an ordinary run file (resumable, its settings beside it; `--output`): each row's trace
+    holds the eigen score ("score") and uncertainty_baselines, for `python eval.py signals FILE`."""
     import eval as metrics
-    from tqdm import tqdm
     prefix = load_exemplars("simpleqa")
-    rows = []
-    for rec in tqdm(records, desc="calibrate", unit="q"):
+
+    def solve(rec):
         budget = Budget(common.question_seed(s.seed, rec["id"]))
         answer, c = answer_once(model, tok, build_prompt(prefix, rec["question"]), s, budget)
-        right = bool(metrics.accuracy(answer or "", rec["answers"]))
-        if math.isfinite(c.score):
-            rows.append((c.score, right))
-        if sink:
-            sink.write(json.dumps({"id": rec["id"], "score": c.score if math.isfinite(c.score) else None,
-                                   "answer": answer, "right": right}) + "\n")
-            sink.flush()
+        return {"prediction": answer or "", "retrievals": 0, "model_calls": budget.calls,
+                "trace": {"direct": c.text, "score": _num(c.score), **uncertainty_baselines(c)}}
+
+    summary = common.run(args, "seakr-calibrate", solve, records)
+    ids = {r["id"] for r in records}
+    rows = [(r["trace"]["score"], bool(metrics.accuracy(r["prediction"], r["answers"])))
+            for r in metrics.read_rows(summary["output"])
+            if r["id"] in ids and "error" not in r and r["trace"].get("score") is not None]
     if not rows:
-        raise SystemExit("error: no question gave a finite score; nothing to calibrate")
+        raise common.InputError("no question gave a finite score; nothing to calibrate")
     t = threshold_table(rows)
     print(f"{'delta':>8} {'retrieve%':>9} {'acc kept':>9} {'acc retr':>9} {'n kept':>7}")
     for r in t["table"]:
@@ -709,7 +721,6 @@ def calibrate(model, tok, records: list[dict], s: Settings, sink=None) -> dict:
           + (f"--threshold {t['paper']}" if t["paper"] is not None else
              "no candidate: the model answers too few right unaided; retrieve (nearly) always"))
     return t
-
 
 
 if __name__ == "__main__":

@@ -438,3 +438,54 @@ def test_citations_and_layout():
     assert line["main"] < line["threshold_table"] < line["calibrate"]
     assert src.index("def calibrate") < src.index('if __name__ == "__main__":')
     assert '"Answer: "' in seakr.__doc__ or "trailing space" in seakr.__doc__
+
+
+# ----------------------------------------------------------------------------------------------
+# Calibration: a run file with the eigen score and the paper's simpler estimators beside it
+
+def test_uncertainty_baselines_hand_computed():
+    gen = common.Generation(text="Paris", token_ids=[5, 6], logprobs=[-1.0, -3.0], finish="\n")
+    c = seakr.Call("Paris", 0.5, gen, samples=2, sample_nll=[1.0, 2.0])
+    got = seakr.uncertainty_baselines(c)
+    assert got["mean_logprob"] == -2.0
+    assert got["perplexity"] == pytest.approx(math.exp(2.0), abs=1e-4)
+    assert got["multi_perplexity"] == pytest.approx((math.e + math.exp(2.0)) / 2, abs=1e-4)
+    assert got["ln_entropy"] == 1.5 and got["samples"] == 2
+    empty = seakr.uncertainty_baselines(seakr.Call("", math.inf, common.Generation("", [], [], "eos")))
+    assert empty == {"mean_logprob": None, "perplexity": None, "multi_perplexity": None, "ln_entropy": None,
+                     "samples": 0}
+
+
+def test_call_keeps_each_usable_samples_mean_log_prob(tiny):
+    model, tok = tiny
+    s = seakr.Settings(delta=0.0, layer=1, k=5)
+    c = seakr.call(model, tok, "Question: ab\nAnswer:", ("\n",), s, seakr.Budget(seed=3))
+    gens = common.sample(model, tok, "Question: ab\nAnswer:", 5, temperature=seakr.TEMPERATURE, top_k=seakr.TOP_K,
+                         top_p=seakr.TOP_P, max_new_tokens=seakr.MAX_NEW_TOKENS, stop=("\n",), seed=4,
+                         with_greedy=True)[1:]
+    want = [-sum(g.logprobs) / len(g.logprobs) for g in gens if g.text.strip()]
+    assert len(c.sample_nll) == c.samples == len(want) and c.sample_nll == pytest.approx(want, abs=1e-5)
+
+
+def test_calibration_writes_a_resumable_run_file(tiny, monkeypatch, tmp_path, capsys):
+    import json
+    monkeypatch.setattr(seakr.common, "load_model", lambda *a, **k: tiny)
+    out = tmp_path / "cal.jsonl"
+    argv = ["--calibrate", "--data", str(common.DATA_DIR / "nq_demo.jsonl"), "--limit", "2", "--samples", "3",
+            "--output", str(out)]
+    seakr.main(argv)
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(rows) == 2 and out.with_suffix(".settings.json").exists()
+    for r in rows:
+        assert set(r["trace"]) == {"direct", "score", "mean_logprob", "perplexity", "multi_perplexity",
+                                   "ln_entropy", "samples"}
+        assert r["retrievals"] == 0 and r["model_calls"] >= 1
+    import eval as metrics
+    printed = capsys.readouterr().out
+    n = sum(r["trace"]["score"] is not None for r in rows)
+    right = sum(bool(metrics.accuracy(r["prediction"], r["answers"])) for r in rows)
+    assert n == 2 and f"over 2 questions, {right} answered right without retrieval" in printed
+    # a rerun resumes: nothing is answered again, and the table is printed from the file
+    monkeypatch.setattr(seakr, "answer_once", lambda *a, **k: pytest.fail("answered again"))
+    seakr.main(argv)
+    assert [json.loads(x) for x in out.read_text().splitlines()] == rows
