@@ -3,6 +3,7 @@ import hashlib
 import importlib.util
 
 import pytest
+import torch
 
 import common
 
@@ -189,3 +190,40 @@ def test_real_join_verifies_and_a_copy_with_one_flipped_byte_is_refused(tmp_path
 def test_default_model_is_the_strong_one_where_bfloat16_is_fast(device, flags, alias):
     assert common.default_model(device, flags)[0] == alias
     assert alias in common.EMBEDDED
+
+
+# ---------------------------------------------------------------- --dtype int8
+
+def _saved_tiny(tmp_path):
+    from conftest import make_model, make_tokenizer
+    tok = make_tokenizer()
+    model = make_model(len(tok))
+    model.save_pretrained(tmp_path / "tiny")
+    tok.save_pretrained(tmp_path / "tiny")
+    return model, tok, str(tmp_path / "tiny")
+
+
+def test_int8_quantises_every_linear_layer_and_stays_close_to_float32(tmp_path):
+    from torch.ao.nn.quantized.dynamic import Linear as Int8Linear
+    ref, tok, path = _saved_tiny(tmp_path)
+    model, _ = common.load_model(path, "int8", "cpu")
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    quantised = [m for m in model.modules() if isinstance(m, Int8Linear)]
+    # 4 layers x (q, k, v, o, gate, up, down) + lm_head, none left in float32
+    assert (len(linears), len(quantised)) == (0, 4 * 7 + 1)
+    ids = torch.tensor([tok("The cat sat on the mat.")["input_ids"]])
+    with torch.inference_mode():
+        want, got = ref(ids).logits, model(ids).logits
+    assert not torch.equal(want, got)                       # it did change the arithmetic
+    err = float((got - want).abs().mean() / want.abs().mean())
+    assert err < 0.1, err                                   # ... by a few per cent of the logits' size
+    # the hooks SeaKR and CtrlA read still see every decoder layer's float32 output
+    g = common.greedy(model, tok, "ab", max_new_tokens=3)
+    assert len(g.token_ids) == 3
+
+
+def test_int8_is_refused_off_the_cpu_and_unknown_dtypes_are_named(tmp_path):
+    with pytest.raises(common.InputError, match="--dtype int8 runs on the CPU only"):
+        common.load_model(str(tmp_path), "int8", "cuda")
+    with pytest.raises(common.InputError, match="--dtype int4: use one of auto, float32, bfloat16, float16, int8"):
+        common.load_model(str(tmp_path), "int4", "cpu")
