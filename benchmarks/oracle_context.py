@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 import common  # noqa: E402
 import eval as metrics  # noqa: E402
 
-HOTPOT = ROOT.parent.parent / "shared" / "data" / "raw" / "hotpotqa" / "hotpot_dev_distractor_v1_100.json"
+HOTPOT = ROOT.parent / "shared" / "data" / "raw" / "hotpotqa" / "hotpot_dev_distractor_v1_100.json"
 INSTRUCTION = "Answer the question with a few words."
 
 
@@ -54,7 +54,7 @@ def main():
     t = time.perf_counter()
     model, tok = common.load_model(a.model, a.dtype, a.device)
     load_s = time.perf_counter() - t
-    fig = {"model": a.model, "dtype": str(model.dtype).removeprefix("torch."), "questions": len(items),
+    fig = {"model": a.model, "dtype": "int8" if a.dtype == "int8" else str(model.dtype).removeprefix("torch."), "questions": len(items),
            "load_s": round(load_s, 1)}
     rows = []
     for mode in a.modes:
