@@ -284,20 +284,23 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "au
 
 
 def quantize_int8(model) -> None:
-    """--dtype int8: every linear layer (lm_head too) with int8 weights, one scale per output channel,
-    and activations quantised to 8 bits per call (torch.ao dynamic quantisation, CPU only; the
-    embeddings, norms and attention stay float32). On an AVX2-only AMD EPYC its products ran 3.1x as
-    fast as float32's (benchmarks/bench_dtype.py --int8). Outputs differ a little from float32's,
-    and one activation scale serves the whole batch: a row's numbers depend slightly on the rows
-    decoded beside it (float32 rows do not), so int8 is an opt-in, never what --dtype auto picks.
+    """--dtype int8: every linear layer (lm_head too) with int8 weights, one scale per output row,
+    and activations quantised to 8 bits per call, one scale per tensor (torch.ao dynamic
+    quantisation, CPU only; embeddings, norms and attention stay float32). An opt-in for speed,
+    never what --dtype auto picks, because it loses the model's knowledge. Measured on a 2-core
+    AVX2 AMD EPYC with Qwen2.5-Coder-1.5B (benchmarks/oracle_context.py --limit 20): closed book EM/F1
+    0.0/6.2 against float32's 15.0/23.2, gold paragraphs 50.0/59.4 against 45.0/53.8, 2.2x-9x as
+    fast; SeaKR's eigen scores move to another scale (2.5..2.9 against -0.5..1.5 on the same three
+    NQ questions), so a float32 delta does not carry over. One activation scale serves the whole
+    batch: a row's numbers depend slightly on the rows decoded beside it (float32 rows do not).
 
     subtle: torch.ao's eager quantisation is deprecated in favour of torchao but is what torch
-    2.13 (pinned) runs fast on CPUs; its deprecation warnings are silenced here, once."""
+    2.13 (pinned) runs fast on CPUs; its deprecation warnings are silenced here."""
     import warnings
-    from torch.ao.quantization import quantize_dynamic
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+        quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
 
 
 def _sdpa_grouped(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -1060,7 +1063,8 @@ def add_common_args(parser: argparse.ArgumentParser, dataset: str = "hotpotqa") 
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
     parser.add_argument("--dtype", default="auto", choices=DTYPES,
                         help="auto (bfloat16 on GPUs and on CPUs with AMX or AVX512-BF16, "
-                             "else float32), float32, bfloat16, float16, or int8 (CPU: int8 linear layers)")
+                             "else float32), float32, bfloat16, float16, or int8 (CPU only; faster, but it loses "
+                             "the model's closed-book knowledge: common.quantize_int8)")
     parser.add_argument("--plain", action="store_true",
                         help="decode every model call with common.reference (a plain loop over transformers' "
                              "own cache; no prefix cache, no batching): same outputs, slower")

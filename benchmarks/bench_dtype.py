@@ -8,8 +8,8 @@ both precisions, one after the other in this process: prefill (`--prompt` tokens
 SeaKR's decoding step (`--rows` rows: 1 greedy + 20 samples). --generate also loads the model in each
 precision and times one greedy answer. Prints the CPU, the flags --dtype auto looks at, what it would
 choose, TFLOP/s per shape and precision, and bfloat16's speed-up (> 1: bfloat16 faster). --int8 adds
-torch.ao's dynamic int8 linear layers (int8 weights per channel, activations quantised per call; CPU
-only; outputs differ from float32's). Set
+the int8 linear layers of --dtype int8 (common.quantize_int8: int8 weights per channel, activations
+quantised per call; CPU only; it costs the model its closed-book knowledge, see there). Set
 OMP_NUM_THREADS to choose the threads.
 """
 from __future__ import annotations
@@ -68,11 +68,11 @@ def time_products(shapes, tokens: int, dtype, device: str, min_s: float = 1.0) -
 
 
 def time_int8(shapes, tokens: int, min_s: float = 1.0) -> float:
-    """TFLOP/s of torch.ao dynamic int8 linear layers for the same shapes (CPU only)."""
-    from torch.ao.quantization import quantize_dynamic
+    """TFLOP/s of the linear layers --dtype int8 makes (common.quantize_int8) for the same shapes."""
     torch.manual_seed(0)
-    layers = [quantize_dynamic(torch.nn.Sequential(torch.nn.Linear(i, o, bias=False)), {torch.nn.Linear},
-                               dtype=torch.qint8) for _, i, o in shapes]
+    layers = [torch.nn.Sequential(torch.nn.Linear(i, o, bias=False)) for _, i, o in shapes]
+    for lin in layers:
+        common.quantize_int8(lin)
     xs = [torch.randn(tokens, i) for _, i, _ in shapes]
     flops = sum(2 * tokens * i * o for _, i, o in shapes)
     with torch.no_grad():

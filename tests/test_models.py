@@ -211,6 +211,7 @@ def test_int8_quantises_every_linear_layer_and_stays_close_to_float32(tmp_path):
     quantised = [m for m in model.modules() if isinstance(m, Int8Linear)]
     # 4 layers x (q, k, v, o, gate, up, down) + lm_head, none left in float32
     assert (len(linears), len(quantised)) == (0, 4 * 7 + 1)
+    assert {m.weight().qscheme() for m in quantised} == {torch.per_channel_affine}   # a scale per output row
     ids = torch.tensor([tok("The cat sat on the mat.")["input_ids"]])
     with torch.inference_mode():
         want, got = ref(ids).logits, model(ids).logits
