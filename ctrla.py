@@ -573,6 +573,7 @@ class Settings:
     query: str = "tvq"              # tvq | caq
     retrieve: bool = True           # False: never retrieve (ablation)
     always: bool = False            # True: retrieve for every segment (baseline)
+    act: bool = True                # False: monitor and record the triggers, never retrieve (--monitor-only)
     honesty_prompt: bool = False    # Table 5's HonP: an instruction instead of steering
     answer_tokens: int | None = None  # answer budget (default: per dataset)
     task: str | None = None         # prompt family (default: from the record's dataset)
@@ -734,7 +735,7 @@ def solve(run: Run, rec: dict) -> dict:
                         unconfident_words=[seg[a:b] for a, b in m["flagged"]])
             step["trigger"] = ("always" if s.always else "confidence" if m["flagged"]
                                else "refusal" if is_refusal(seg) else None)
-            if step["trigger"]:
+            if step["trigger"] and s.act:
                 seg, done, docs, n = retrieve_and_regenerate(run, task, question, gen, seg, m["flagged"],
                                                              step)
                 retrievals, retries = retrievals + n, retries + n - 1
@@ -759,6 +760,8 @@ def run_name(args, s: Settings) -> str:
     parts = ["ctrla", "honp" if s.honesty_prompt else f"lam{s.lam:g}" if s.lam != LAMBDA else ""]
     if not s.retrieve:
         parts.append("noret")
+    elif not s.act:
+        parts.append("monitor-only")
     else:
         parts += ["always" if args.always_retrieve else f"tau{args.tau:g}" if args.tau is not None else "",
                   "caq" if s.query == "caq" else ""]
@@ -777,6 +780,10 @@ def main(argv=None):
     baseline.add_argument("--never-retrieve", action="store_true", help="steered generation only, no monitoring")
     baseline.add_argument("--always-retrieve", action="store_true",
                           help="baseline: retrieve for every segment (still monitored, for the trace)")
+    baseline.add_argument("--monitor-only", action="store_true",
+                          help="never retrieve, but monitor every segment and record what would have "
+                               "triggered: the closed-book answers and the signal in one file "
+                               "(python eval.py signals FILE)")
     p.add_argument("--query", choices=["tvq", "caq"], default="tvq",
                    help="tvq: [question, a query the model writes] (official runs); caq: question + "
                    "the segment without its unconfident words")
@@ -802,14 +809,14 @@ def main(argv=None):
         raise InputError(f"{args.directions}: no tau calibration in this feature file; pass --tau")
     s = Settings(tau=tau, lam=0.0 if args.honesty_prompt else args.lam, steer=tuple(steer),
                  monitor=tuple(monitor), query=args.query, retrieve=not args.never_retrieve,
-                 always=args.always_retrieve, honesty_prompt=args.honesty_prompt, answer_tokens=args.max_new_tokens, task=args.task)
+                 always=args.always_retrieve, act=not args.monitor_only, honesty_prompt=args.honesty_prompt, answer_tokens=args.max_new_tokens, task=args.task)
     if tau is None:
         print(f"tau = {threshold(s, feats, monitor):.3f} (calibrated for {args.model}; --tau overrides)",
               file=sys.stderr)
     if args.check_features:
         check_features(Run(model, tok, feats, None, s), args.limit)
         return
-    bm25 = common.load_retriever(args, common.load_questions(args), preset="ctrla") if s.retrieve else None
+    bm25 = common.load_retriever(args, common.load_questions(args), preset="ctrla") if s.retrieve and s.act else None
     run = Run(model, tok, feats, bm25, s)
     common.run(args, run_name(args, s), lambda rec: solve(run, rec))
 

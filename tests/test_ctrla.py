@@ -386,6 +386,7 @@ def test_run_name_keeps_settings_apart():
     assert name(["--always-retrieve"]) == "ctrla-always" and name([], lam=0.0) == "ctrla-lam0"
     assert name([], retrieve=False) == "ctrla-noret" and name([], query="caq") == "ctrla-caq"
     assert name([], honesty_prompt=True, lam=0.0, retrieve=False) == "ctrla-honp-noret"
+    assert name([], act=False) == "ctrla-monitor-only"
 
 
 def test_never_retrieve_and_multihop_prompt(tiny_run):
@@ -397,6 +398,19 @@ def test_never_retrieve_and_multihop_prompt(tiny_run):
     prompt = ctrla.build_prompt(tok, "hotpotqa", "Q?", docs=PASSAGES[:1], gen=["A b."])
     assert "So the answer is" in prompt and "Contents:\n1. The Eiffel Tower is in" in prompt
     assert prompt.endswith("Question: Q?\n\nAssistant: A b.")
+
+
+def test_monitor_only_answers_as_never_retrieve_and_records_the_triggers(tiny_run):
+    model, tok, feats = tiny_run
+    s = ctrla.Settings(tau=1e9, steer=(-2, -3), monitor=(-2, -3, -4), answer_tokens=40)  # tau huge: all flagged
+    rec = {"id": "q1", "question": "Where is the Eiffel Tower?", "answers": ["Paris"], "dataset": "popqa"}
+    never = ctrla.solve(ctrla.Run(model, tok, feats, None, replace(s, retrieve=False)), rec)
+    seen = ctrla.solve(ctrla.Run(model, tok, feats, None, replace(s, act=False)), rec)   # no retriever at all
+    assert seen["prediction"] == never["prediction"] and seen["retrievals"] == 0
+    assert [g["segment"] for g in seen["trace"]["segments"]] == [g["segment"] for g in never["trace"]["segments"]]
+    first = seen["trace"]["segments"][0]
+    assert first["trigger"] == "confidence" and first["unconfident_words"] and "rounds" not in first
+    assert seen["model_calls"] == never["model_calls"] + len(seen["trace"]["segments"])   # one pass each
 
 
 # ---------------------------------------------------------------- the embedded model
