@@ -8,6 +8,7 @@ Implements, with the standard library only:
 - yes/no accuracy for StrategyQA and BLEU / ROUGE-L for TruthfulQA, the automatic metrics of Rowen.
 
 Usage: python eval.py out/seakr_hotpotqa.jsonl out/ctrla_hotpotqa.jsonl [--markdown]
+       python eval.py signals FILE...   (each method's own score against wrong answers: AUROC)
 To run every method and its baselines on the same questions and get one table and a plot of F1
 against retrieval rate: benchmarks/run_all.py (it scores with this file).
 
@@ -379,15 +380,14 @@ def initial_is_right(row):
     r0 = row["trace"]["initial_answer"]
     if row["trace"]["task"] == "strategyqa":
         r0 = rowen.yes_no_label(r0)
-    scores = score_record({**row, "prediction": r0})
-    return bool(scores.get("acc", scores.get("closer_to_correct")))
+    return is_right(row, r0)
 
 
 def detection_quality(rows, alpha=1.0):
     """Does a low Z go with a wrong initial answer? Per score (Z_CL, Z_CM, hybrid): the AUC of Z
-    separating right from wrong r0 (the chance that a random right answer has the higher Z; ties
-    count half; 0.5 = no signal), and the rate at which the default threshold sends wrong and right
-    answers to retrieval."""
+    separating right from wrong r0 (the chance that a random right answer has the higher Z, i.e.
+    auroc of -Z against wrong; ties count half; 0.5 = no signal), and the rate at which the default
+    threshold sends wrong and right answers to retrieval."""
     import common
     import rowen
     if any(r["trace"].get("z_cl") is None or r["trace"].get("z_cm") is None for r in rows):
@@ -398,9 +398,9 @@ def detection_quality(rows, alpha=1.0):
         z = [mode_score(r["trace"], name, alpha) for r in rows]
         good = [v for v, ok in zip(z, right) if ok]
         bad = [v for v, ok in zip(z, right) if not ok]
-        pairs = [(g > b) + 0.5 * (g == b) for g in good for b in bad]
+        auc = auroc([-v for v in z], [not ok for ok in right])
         th = rowen.default_threshold(name)
-        out[name] = {"auc": round(sum(pairs) / len(pairs), 3) if pairs else None,
+        out[name] = {"auc": round(auc, 3) if auc is not None else None,
                      "retrieve_wrong": round(sum(v < th for v in bad) / len(bad), 3) if bad else None,
                      "retrieve_right": round(sum(v < th for v in good) / len(good), 3) if good else None}
     return out
@@ -427,5 +427,164 @@ def rowen_report(path, limit=None, alpha=1.0):
     return "\n".join(lines)
 
 
+# ==============================================================================================
+# Signals: each method's own score against the correctness of the answer it gives unaided
+#
+# python eval.py signals FILE... [--markdown] [--resamples N]
+# A file qualifies when each row holds both the method's score and the answer the model gave without
+# retrieval:
+# - `seakr.py --calibrate`: the eigen score U of each direct answer and the simpler estimators the
+#   paper ablates (4.4): perplexity, multi-perplexity, LN-entropy (seakr.uncertainty_baselines);
+# - `ctrla.py --monitor-only`: the confidence monitor over the closed-book answer: its trigger (the
+#   method's own decision, 0 or 1) and the lowest token score minus tau over the answer;
+# - `rowen.py --mode hybrid` (any retrieval setting): Z_CL, Z_CM and the hybrid Z of the initial
+#   answer r0 (a `--mode cl` or `cm` run: its one Z).
+# Each score is turned so that higher means less sure, and AUROC is the chance that a random wrong
+# answer scores above a random right one (ties half; 0.5 = no signal, 1 = every wrong answer above
+# every right one), with a percentile bootstrap interval that resamples the questions.
+
+TRIGGER = "monitor trigger"   # CtrlA's 0/1 decision among the signals
+
+
+def auroc(scores, wrong):
+    """P(score of a random wrong answer > score of a random right one), ties counting half: the
+    Mann-Whitney U statistic from average ranks. None when either group is empty."""
+    n_wrong = sum(1 for w in wrong if w)
+    n_right = len(wrong) - n_wrong
+    if not n_wrong or not n_right:
+        return None
+    order = sorted(range(len(scores)), key=lambda i: scores[i])
+    ranks, i = [0.0] * len(scores), 0
+    while i < len(order):   # tied scores share the mean of the ranks they span (1-based)
+        j = i
+        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    rank_sum = sum(r for r, w in zip(ranks, wrong) if w)
+    return (rank_sum - n_wrong * (n_wrong + 1) / 2) / (n_wrong * n_right)
+
+
+def bootstrap_interval(scores, wrong, resamples=1000, level=0.95, seed=0):
+    """The percentile bootstrap interval of auroc: questions drawn with replacement `resamples`
+    times (a draw with only right or only wrong answers has no AUROC and is left out); None when
+    no draw has both."""
+    import random
+    rng, n, values = random.Random(seed), len(scores), []
+    for _ in range(resamples):
+        pick = [rng.randrange(n) for _ in range(n)]
+        value = auroc([scores[i] for i in pick], [wrong[i] for i in pick])
+        if value is not None:
+            values.append(value)
+    if not values:
+        return None
+    values.sort()
+    tail = (1 - level) / 2
+    return values[int(tail * (len(values) - 1))], values[math.ceil((1 - tail) * (len(values) - 1))]
+
+
+def is_right(row, prediction=None):
+    """Whether an answer (the row's prediction unless given) is right: StrategyQA's label,
+    TruthfulQA's closer-to-correct, otherwise the gold answer contained in it (acc)."""
+    scores = score_record(row if prediction is None else {**row, "prediction": prediction})
+    return bool(scores.get("acc", scores.get("closer_to_correct")))
+
+
+def signal_scores(rows):
+    """(method, {signal name: score per row, higher = less sure}, wrong per row) for a file that
+    qualifies (see above), else None. Rows that failed are left out; so is a row whose score is
+    missing (an infinite eigen score is written as null), for that score only (None in its list)."""
+    rows = [r for r in rows if "error" not in r and isinstance(r.get("trace"), dict)]
+    if not rows:
+        return None
+    first = rows[0]["trace"]
+    if "z_cl" in first or "z_cm" in first:
+        import rowen
+        names = [m for m in ("cl", "cm") if all(r["trace"].get(f"z_{m}") is not None for r in rows)]
+        names += ["hybrid"] * (len(names) == 2)
+        return ("Rowen", {f"-Z_{m.upper() if m != 'hybrid' else 'hybrid'}": [-mode_score(r["trace"], m) for r in rows] for m in names},
+                [not initial_is_right(r) for r in rows])
+    if "direct" in first and "score" in first:
+        names = {"eigen score U": "score", "perplexity": "perplexity",
+                 "multi-perplexity": "multi_perplexity", "LN-entropy": "ln_entropy"}
+        return ("SeaKR", {label: [r["trace"].get(key) for r in rows] for label, key in names.items()
+                          if any(r["trace"].get(key) is not None for r in rows)},
+                [not is_right(r) for r in rows])
+    segments = [r["trace"].get("segments") for r in rows]
+    if (any(segments) and all(segs is not None and all("scores" in g for g in segs) for segs in segments)
+            and not any(r.get("retrievals") for r in rows)):
+        return ("CtrlA", {TRIGGER: [float(any(g["trigger"] for g in segs)) for segs in segments],
+                          "-(lowest score - tau)": [-min((x for g in segs for x in g["scores"]), default=0.0)
+                                                   for segs in segments]},
+                [not is_right(r) for r in rows])
+    return None
+
+
+def signals(rows, resamples=1000):
+    """Per signal of a qualifying file: n, wrong, AUROC with its bootstrap interval, and for CtrlA's
+    trigger (a 0/1 decision) the share of wrong and of right answers it flags. None otherwise."""
+    found = signal_scores(rows)
+    if found is None:
+        return None
+    method, by_name, wrong = found
+    out = {"method": method, "signals": {}}
+    for name, values in by_name.items():
+        keep = [i for i, v in enumerate(values) if v is not None]
+        x, w = [values[i] for i in keep], [wrong[i] for i in keep]
+        auc, ci = auroc(x, w), bootstrap_interval(x, w, resamples)
+        sig = {"n": len(x), "wrong": sum(w), "auroc": None if auc is None else round(auc, 3),
+               "interval": None if ci is None else [round(ci[0], 3), round(ci[1], 3)]}
+        if name == TRIGGER:   # a decision, not a score: how often it fires on wrong and on right answers
+            sig["flags_wrong"] = round(sum(v for v, b in zip(x, w) if b) / max(sum(w), 1), 3)
+            sig["flags_right"] = round(sum(v for v, b in zip(x, w) if not b) / max(len(w) - sum(w), 1), 3)
+        out["signals"][name] = sig
+    return out
+
+
+def signals_table(named, markdown=False):
+    """One line per (file, signal): the numbers `signals` gives."""
+    header = ["file", "method", "signal", "n", "wrong", "AUROC", "95% interval", "flags wrong / right"]
+    body = []
+    for name, found in named:
+        for sig, v in found["signals"].items():
+            body.append([name, found["method"], sig, str(v["n"]), str(v["wrong"]),
+                         "-" if v["auroc"] is None else f"{v['auroc']:.3f}",
+                         "-" if v["interval"] is None else f"{v['interval'][0]:.2f} to {v['interval'][1]:.2f}",
+                         f"{100 * v['flags_wrong']:.0f}% / {100 * v['flags_right']:.0f}%" if "flags_wrong" in v else "-"])
+    if markdown:
+        return "\n".join(["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 5) + "|"]
+                         + ["| " + " | ".join(r) + " |" for r in body])
+    widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
+    return "\n".join("  ".join(v.ljust(widths[i]) if i < 3 else v.rjust(widths[i]) for i, v in enumerate(r))
+                     for r in [header] + body)
+
+
+def signals_main(argv):
+    parser = argparse.ArgumentParser(prog="eval.py signals", description="Each method's own score against "
+                                     "wrong answers: AUROC with a bootstrap interval.")
+    parser.add_argument("files", nargs="+", help="seakr.py --calibrate, ctrla.py --monitor-only or "
+                        "rowen.py --mode hybrid output files")
+    parser.add_argument("--markdown", action="store_true", help="print a GitHub markdown table")
+    parser.add_argument("--resamples", type=int, default=1000, help="bootstrap draws (default 1000)")
+    args = parser.parse_args(argv)
+    named = []
+    for path in args.files:
+        try:
+            found = signals(read_rows(path), args.resamples)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
+        if found is None:
+            print(f"error: {path}: no signal in it; signals reads seakr.py --calibrate, ctrla.py "
+                  "--monitor-only and rowen.py --mode hybrid outputs", file=sys.stderr)
+            sys.exit(2)
+        named.append((Path(path).stem, found))
+    print(signals_table(named, markdown=args.markdown))
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["signals"]:
+        signals_main(sys.argv[2:])
+    else:
+        main()

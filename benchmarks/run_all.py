@@ -13,8 +13,9 @@ log in OUT/NAME.log; a run already complete is skipped, a partial one resumes):
   so Rowen-CL, -CM, -Hybrid at any threshold (the default, rowen.THRESHOLDS, and the --zs) and never-retrieve are
   re-read from that one run (rowen.at_threshold: the predictions a run of that mode and threshold
   gives; calls and seconds stay the hybrid run's).
-Writes OUT/table.md (EM, F1, acc, retrieval rate, retrievals, model calls and seconds per question),
-OUT/figures.json and, if matplotlib is installed (an optional dependency of this command only),
+Writes OUT/table.md (EM, F1, acc, retrieval rate, retrievals, model calls and seconds per question;
+then, for every file in OUT that holds a method's own score beside its unaided answers, that
+signal's AUROC against wrong answers: eval.signals), OUT/figures.json and, if matplotlib is installed (an optional dependency of this command only),
 OUT/f1_vs_retrieval.png: F1 against retrieval rate, one line per method through its thresholds.
 
 The default sweeps suit SmolLM2-135M: SeaKR delta 2.5 and 0.8 are about the median and the 25th
@@ -199,8 +200,15 @@ def main(argv=None):
         raise SystemExit(f"error: no run files in {a.out}")
     table = metrics.format_table([(label, s) for _, _, label, s in rows], markdown=True, first="run")
     total = sum(s["sec_per_q"] * s["n"] for name, _, _, s in rows if name in runs(a))
+    figures = {name: s for name, _, _, s in rows}
+    signals = [(path.stem, found) for path in sorted(a.out.glob("*.jsonl"))
+               if (found := metrics.signals(metrics.read_rows(path)))]
+    if signals:   # the files that hold a method's own score beside its unaided answers
+        table += ("\n\nEach method's own signal against wrong unaided answers (`python eval.py signals "
+                  "FILE`; AUROC 0.5 = no signal):\n\n" + metrics.signals_table(signals, markdown=True))
+        figures["signals"] = dict(signals)
     (a.out / "table.md").write_text(table + "\n")
-    (a.out / "figures.json").write_text(json.dumps({name: s for name, _, _, s in rows}, indent=1) + "\n")
+    (a.out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
     print(table)
     print(f"model time of the runs: {total / 3600:.2f} h (sum of per-question seconds)")
     if plot(rows, a.out / "f1_vs_retrieval.png", f"{a.out.name}, {rows[0][3]['n']} questions"):

@@ -224,3 +224,96 @@ def test_cli_table_and_errors(tmp_path):
     result = run_cli(tmp_path / "nope.jsonl")
     assert result.returncode == 2 and "nope.jsonl" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------ signals: a method's score vs wrong answers
+
+def test_auroc_by_hand():
+    # wrong {0.4, 0.8} against right {0.1, 0.35}: every wrong answer scores higher -> 1
+    assert ev.auroc([0.1, 0.4, 0.35, 0.8], [False, True, False, True]) == 1.0
+    assert ev.auroc([0.1, 0.4, 0.35, 0.8], [True, False, True, False]) == 0.0
+    # wrong {1, 2} against right {1, 0}: pairs 0.5 (tie), 1, 1, 1 -> 3.5 / 4
+    assert ev.auroc([1, 1, 2, 0], [True, False, True, False]) == 0.875
+    # three-way tie with one more right answer: wrong {5} vs right {5, 5, 1}: 0.5 + 0.5 + 1 -> 2 / 3
+    assert ev.auroc([5, 5, 5, 1], [True, False, False, False]) == pytest.approx(2 / 3)
+    assert ev.auroc([1, 2], [True, True]) is None and ev.auroc([1, 2], [False, False]) is None
+
+
+def test_bootstrap_interval_is_repeatable_and_holds_the_estimate():
+    assert ev.bootstrap_interval([0.1, 0.4, 0.35, 0.8], [False, True, False, True], 200) == (1.0, 1.0)
+    scores = [0.2, 0.9, 0.4, 0.7, 0.5, 0.1, 0.8, 0.3, 0.6, 0.55]
+    wrong = [False, True, False, True, True, False, False, False, True, True]
+    lo, hi = ev.bootstrap_interval(scores, wrong, 500, seed=1)
+    assert lo <= ev.auroc(scores, wrong) <= hi and 0 <= lo < hi <= 1
+    assert ev.bootstrap_interval(scores, wrong, 500, seed=1) == (lo, hi)
+    assert ev.bootstrap_interval([1, 2], [True, True], 50) is None
+
+
+def seakr_row(qid, prediction, score, ppl):
+    return {"id": qid, "answers": ["Paris"], "prediction": prediction, "retrievals": 0,
+            "trace": {"direct": prediction, "score": score, "perplexity": ppl, "mean_logprob": None,
+                      "multi_perplexity": None, "ln_entropy": None}}
+
+
+def test_signals_of_a_seakr_calibration_file():
+    rows = [seakr_row("a", "Paris", -1.0, 1.2), seakr_row("b", "Lyon", 2.0, 1.1),
+            seakr_row("c", "Nice", None, 3.0), seakr_row("d", "It is Paris", 0.5, 1.5),
+            {"id": "e", "answers": ["x"], "error": "too long"}]
+    got = ev.signals(rows, resamples=100)
+    assert got["method"] == "SeaKR" and set(got["signals"]) == {"eigen score U", "perplexity"}
+    u = got["signals"]["eigen score U"]
+    # c has no finite U and is left out: wrong {2.0} vs right {-1.0, 0.5} -> 1
+    assert (u["n"], u["wrong"], u["auroc"]) == (3, 1, 1.0)
+    # perplexity: wrong {1.1, 3.0} vs right {1.2, 1.5}: pairs 0, 0, 1, 1 -> 0.5
+    p = got["signals"]["perplexity"]
+    assert (p["n"], p["wrong"], p["auroc"]) == (4, 2, 0.5)
+
+
+def ctrla_row(qid, prediction, segments, retrievals=0):
+    return {"id": qid, "answers": ["Paris"], "prediction": prediction, "retrievals": retrievals,
+            "trace": {"task": "short", "segments": [{"segment": s, "trigger": t, "tokens": ["x"] * len(sc),
+                                                     "scores": sc} for s, t, sc in segments]}}
+
+
+def test_signals_of_a_ctrla_monitor_only_file():
+    rows = [ctrla_row("a", "Paris.", [("Paris.", None, [0.5, 0.2])]),
+            ctrla_row("b", "Lyon. Nice.", [("Lyon.", None, [0.3]), ("Nice.", "confidence", [-0.4, 0.1])]),
+            ctrla_row("c", "Rome.", [("Rome.", "confidence", [-0.1])]),
+            ctrla_row("d", "It is Paris.", [("It is Paris.", "confidence", [-0.2, 0.0])])]
+    got = ev.signals(rows, resamples=100)["signals"]
+    # trigger: wrong b, c fire (1, 1); right a does not, d does: pairs 1, 0.5, 1, 0.5 -> 0.75
+    assert got["monitor trigger"]["auroc"] == 0.75
+    assert (got["monitor trigger"]["flags_wrong"], got["monitor trigger"]["flags_right"]) == (1.0, 0.5)
+    # lowest score - tau, negated: wrong {0.4, 0.1} vs right {-0.2, 0.2}: 1, 1, 1, 0 -> 0.75
+    assert got["-(lowest score - tau)"]["auroc"] == 0.75 and "flags_wrong" not in got["-(lowest score - tau)"]
+    # a run that retrieved answers with passages: not a closed-book signal
+    assert ev.signals(rows[:3] + [ctrla_row("d", "Paris", [("Paris", "confidence", [-1.0])], retrievals=1)]) is None
+    # a never-retrieve run has no scores
+    assert ev.signals([{"id": "a", "answers": ["x"], "prediction": "x", "trace": {"segments": [{"segment": "x"}]}}]) is None
+
+
+def test_signals_of_a_rowen_run_agree_with_detection_quality():
+    def row(r0, z_cl, z_cm):
+        return {"id": r0, "answers": ["Paris"], "prediction": r0,
+                "trace": {"task": "qa", "initial_answer": r0, "z_cl": z_cl, "z_cm": z_cm}}
+    rows = [row("Paris", 1.0, 0.5), row("It is Paris.", 0.5, 1.0), row("Lyon", 0.5, 0.0), row("Nice", 0.0, 1.0)]
+    got = ev.signals(rows, resamples=100)["signals"]
+    q = ev.detection_quality(rows)
+    # a low Z flags a wrong r0: AUROC of -Z against wrong is the chance a right answer has the higher Z
+    assert [got[f"-Z_{m}"]["auroc"] for m in ("CL", "CM", "hybrid")] == [q[m]["auc"] for m in ("cl", "cm", "hybrid")]
+    assert got["-Z_CL"]["auroc"] == 0.875
+
+
+def test_signals_cli(tmp_path):
+    good = tmp_path / "seakr-calibrate.jsonl"
+    good.write_text("".join(json.dumps(seakr_row(q, p, u, 1.0)) + "\n"
+                            for q, p, u in [("a", "Paris", 0.1), ("b", "Lyon", 0.9), ("c", "Nice", 0.5)]))
+    result = run_cli("signals", good, "--resamples", "50")
+    assert result.returncode == 0, result.stderr
+    line = next(l for l in result.stdout.splitlines() if "eigen score U" in l)
+    assert line.split()[:2] == ["seakr-calibrate", "SeaKR"] and "1.000" in line
+    plain = tmp_path / "seakr_hotpotqa.jsonl"
+    plain.write_text(json.dumps({"id": "a", "answers": ["x"], "prediction": "x", "trace": {"steps": []}}) + "\n")
+    result = run_cli("signals", plain)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert "no signal in it" in result.stderr

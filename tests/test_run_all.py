@@ -62,6 +62,11 @@ def test_table_from_run_files(tmp_path, capsys):
     table = (tmp_path / "table.md").read_text()
     assert table.startswith("| run | n | em | f1 | acc |") and "| SeaKR (default delta) | 2 | 50.0 |" in table
     assert "model time of the runs: 0.06 h" in capsys.readouterr().out   # (2 + 2) s x 2 + 100 s x 2
+    # the Rowen file holds Z beside r0: a low Z on the right r0 (q2), a high one on the wrong (q1) -> AUROC 0
+    sig = figures["signals"]["rowen-hybrid-always"]
+    assert sig["method"] == "Rowen" and sig["signals"]["-Z_hybrid"]["auroc"] == 0.0
+    assert set(figures["signals"]) == {"rowen-hybrid-always"}   # the other files hold no score
+    assert "| rowen-hybrid-always | Rowen | -Z_hybrid | 2 | 1 | 0.000 |" in table
 
 
 def test_no_run_files_is_a_clear_error(tmp_path):
