@@ -11,9 +11,12 @@ the code before a change. --dtype bfloat16 adds a run of the shipped code in tha
 outputs differ, so the figures add each variant's scores (EM/F1/acc or BLEU/ROUGE-L) beside the
 speed. --models runs the shipped code once per model instead (MODEL or MODEL:DTYPE, dtype auto
 unless given), side by side, with each run's scores and the precision --dtype auto chose, e.g.
-`--methods seakr --models smollm2-135m:float32 qwen2.5-coder-1.5b`. Seconds per question are the median over the questions of the per-question times each run
-records (model loading excluded). The outputs are compared question by question:
-the predictions, and the whole per-question trace.
+`--methods seakr --models smollm2-135m:float32 qwen2.5-coder-1.5b`; each model is also loaded alone
+in a fresh process first, for its load time and the peak memory of loading (converted already: run
+`make setup` first). Seconds per question are the median over the questions of the per-question
+times each run records (model loading excluded); each run's peak resident memory is the kernel's
+figure for that process. The outputs are compared question by question: the predictions, and the
+whole per-question trace.
 
 Prints a table and one JSON line. Each run is a fresh process; set OMP_NUM_THREADS to choose threads.
 """
@@ -38,13 +41,44 @@ def run(method: str, code: Path, dataset: str, limit: int, out: Path, extra: lis
         said: dict | None = None) -> list[dict]:
     cmd = [sys.executable, str(code / f"{method}.py"), "--dataset", dataset, "--limit", str(limit),
            "--output", str(out)] + extra
-    done = subprocess.run(cmd, cwd=code, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"error: {' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+    done, peak = run_measured(cmd, code)
     if said is not None:   # the precision load_model chose for --dtype auto, as it printed it
-        said.update(dtype=next((line.removeprefix("--dtype auto: ") for line in done.stderr.splitlines()
-                                if line.startswith("--dtype auto: ")), None))
+        said.update(peak_gb=peak, dtype=next((line.removeprefix("--dtype auto: ") for line in done.stderr.splitlines()
+                                              if line.startswith("--dtype auto: ")), None))
     return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+
+
+def run_measured(cmd: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
+    """Run a command; (its result, its peak resident memory in GB) from the kernel's accounting of
+    that one child (os.wait4), so runs one after the other do not see each other's peaks."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=err, text=True)
+        # subtle: reaped here, not by Popen.wait, which would keep the child's resource usage from us
+        _, status, usage = os.wait4(proc.pid, 0)
+        code = proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if code != 0:
+        raise SystemExit(f"error: {' '.join(map(str, cmd))} failed:\n{stderr[-2000:]}")
+    return subprocess.CompletedProcess(cmd, code, stdout, stderr), round(usage.ru_maxrss / 2**20, 2)
+
+
+def load_figures(model: str, dtype: str) -> dict:
+    """Seconds to load a model (converted already: `make setup`) and the peak memory of a process
+    that only loads it, measured in a fresh process."""
+    code = ("import json, sys, time; t = time.perf_counter(); import common; "
+            f"common.load_model({model!r}, {dtype!r}, 'cpu'); "
+            "print(json.dumps({'load_s': round(time.perf_counter() - t, 1)}))")
+    done, peak = run_measured([sys.executable, "-c", code], ROOT)
+    return {**json.loads(done.stdout.strip().splitlines()[-1]), "load_peak_gb": peak}
+
+
+def cpu_name() -> str:
+    """The CPU's model name, printed beside every figure (machines here differ)."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            return line.partition(":")[2].strip()
+    return "unknown"
 
 
 def strip_times(value):
@@ -91,16 +125,19 @@ def main():
             raise SystemExit(f"error: unknown method '{method}' (seakr, ctrla, rowen)")
         runs.append((method, dataset or DEMO[method]))
     figures, lines = {}, []
+    if a.models:   # each model's load, alone in a fresh process, before the method runs
+        figures["load"] = {m: load_figures(m.partition(":")[0], m.partition(":")[2] or "auto") for m in a.models}
     with tempfile.TemporaryDirectory() as tmp:
         for method, dataset in runs:
             secs = {name: [] for name, _, _ in variants}
-            rows, chose = {}, {}
+            rows, chose, peak = {}, {}, {}
             for r in range(a.repeats):
                 for name, code, extra in variants:
                     out = Path(tmp) / f"{method}-{dataset}-{name}-{r}.jsonl"
                     said = {}
                     got = run(method, code, dataset, a.limit, out, extra, said)
                     chose[name] = said["dtype"]
+                    peak[name] = max(peak.get(name, 0.0), said["peak_gb"])
                     secs[name] += [row["seconds"] for row in got]
                     rows.setdefault(name, got)
             med = {name: statistics.median(s) for name, s in secs.items()}
@@ -110,6 +147,7 @@ def main():
                     for name in rows if name != variants[0][0] and not a.models}
             fig = {"dataset": dataset, "questions": len(ref),
                    **{f"{name}_s_per_q": round(v, 2) for name, v in med.items()},
+                   **{f"{name}_peak_gb": v for name, v in peak.items()},
                    **({"speedup_vs_plain": round(med["plain"] / med["shipped"], 2)} if "plain" in med else {})}
             if "before" in med:
                 fig["speedup_vs_before"] = round(med["before"] / med["shipped"], 2)
@@ -135,12 +173,19 @@ def main():
                          + "  " + ", ".join(f"{n}: predictions {same[n][0]}/{len(ref)}, traces "
                                             f"{same[n][1]}/{len(ref)}" for n in same)
                          + "  ".join(f"{n}: {chose[n] or 'as given'}" for n in chose if a.models))
+    print(f"CPU: {cpu_name()}")
+    for m, f in figures.get("load", {}).items():
+        print(f"load {m}: {f['load_s']} s, peak memory {f['load_peak_gb']} GB")
     print(f"threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; seconds per question "
           f"(median over {a.limit} questions x {a.repeats} repeats)")
     print(f"{'method':6} {'dataset':11} " + " ".join(f"{n:>9}" for n, _, _ in variants)
           + ("" if a.no_plain else f" {'vs plain':>9}")
           + ("  precision" if a.models else "  outputs equal to shipped"))
     print("\n".join(lines))
+    print("peak memory of each run (GB): " + "; ".join(
+        f"{k} " + ", ".join(
+            f"{n.removesuffix('_peak_gb')} {v}" for n, v in f.items() if n.endswith("_peak_gb"))
+        for k, f in figures.items() if k != "load"))
     print(json.dumps(figures))
 
 
