@@ -66,9 +66,9 @@ def run_measured(cmd: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess
 def load_figures(model: str, dtype: str) -> dict:
     """Seconds to load a model (converted already: `make setup`) and the peak memory of a process
     that only loads it, measured in a fresh process."""
-    code = ("import json, sys, time; t = time.perf_counter(); import common; "
+    code = ("import json, time; t = time.perf_counter(); import common; t1 = time.perf_counter(); "
             f"common.load_model({model!r}, {dtype!r}, 'cpu'); "
-            "print(json.dumps({'load_s': round(time.perf_counter() - t, 1)}))")
+            "print(json.dumps({'import_s': round(t1 - t, 1), 'load_s': round(time.perf_counter() - t1, 1)}))")
     done, peak = run_measured([sys.executable, "-c", code], ROOT)
     return {**json.loads(done.stdout.strip().splitlines()[-1]), "load_peak_gb": peak}
 
@@ -175,7 +175,7 @@ def main():
                          + "  ".join(f"{n}: {chose[n] or 'as given'}" for n in chose if a.models))
     print(f"CPU: {cpu_name()}")
     for m, f in figures.get("load", {}).items():
-        print(f"load {m}: {f['load_s']} s, peak memory {f['load_peak_gb']} GB")
+        print(f"load {m}: {f['load_s']} s (after {f['import_s']} s of imports), peak memory {f['load_peak_gb']} GB")
     print(f"threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; seconds per question "
           f"(median over {a.limit} questions x {a.repeats} repeats)")
     print(f"{'method':6} {'dataset':11} " + " ".join(f"{n:>9}" for n, _, _ in variants)
