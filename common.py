@@ -1129,9 +1129,17 @@ HASH_LIMIT = 2 ** 28     # files up to 256 MiB are identified by content, larger
 
 def run_settings(args, code_file: str | None) -> dict:
     """What decides every row of an output file: each command-line flag (its flag name -> value) but
-    NOT_SETTINGS, the code (sha256 of the method file and common.py) and the content of the question
-    file and of the corpus file."""
+    NOT_SETTINGS, the precision and device the model computes in (`--dtype auto` resolved as
+    load_model resolves it: a file begun in float32 on an AVX2 CPU is not resumed in bfloat16 on an AMX
+    one), the code (sha256 of the method file and common.py) and the content of the question file and
+    of the corpus file."""
     flags = {"--" + k.replace("_", "-"): v for k, v in sorted(vars(args).items()) if k not in NOT_SETTINGS}
+    device = getattr(args, "device", "auto")
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    dtype = getattr(args, "dtype", "auto")
+    if dtype == "auto":
+        dtype = choose_dtype(device, cpu_flags() if device == "cpu" else "")[0]
+    flags["precision"] = f"{dtype} on {device}"
     data = args.data or (DATA_DIR / DATASETS[args.dataset] if args.dataset in DATASETS else args.dataset)
     corpus = getattr(args, "corpus", None)
     corpus = DATA_DIR / "corpus.jsonl" if corpus == "demo" else None if corpus in (None, "contexts") else corpus

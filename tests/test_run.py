@@ -120,6 +120,8 @@ def test_resume_stops_when_a_setting_differs_and_overwrite_starts_afresh(tmp_pat
     settings = json.loads((tmp_path / "out.settings.json").read_text())
     assert settings["--model"] == common.DEFAULT_MODEL and settings["--seed"] == 0   # the CPU's default
     assert "--limit" not in settings and "--output" not in settings               # not settings
+    assert settings["--dtype"] == "auto" and settings["precision"] == (
+        f"{common.choose_dtype('cpu', common.cpu_flags())[0]} on cpu")             # auto, as resolved here
     assert settings["question file"].startswith(f"{(FIXTURES / 'nq_open.jsonl').stat().st_size} bytes, sha256 ")
     # --limit is not a setting: a longer run resumes and answers only the new question
     seen = []
@@ -137,6 +139,17 @@ def test_resume_stops_when_a_setting_differs_and_overwrite_starts_afresh(tmp_pat
     common.run(make_args(tmp_path, seed=7, overwrite=True), "fake", lambda rec: seen.append(rec["id"]) or answer(rec))
     assert len(seen) == 3 and len(Path(args.output).read_text().splitlines()) == 3
     assert json.loads((tmp_path / "out.settings.json").read_text())["--seed"] == 7
+
+
+
+def test_resume_stops_when_auto_picks_another_precision(tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "cpu_flags", lambda: "fpu sse avx2 fma")        # an AVX2-only CPU
+    args = make_args(tmp_path, limit=1, device="cpu")
+    common.run(args, "fake", answer)
+    monkeypatch.setattr(common, "cpu_flags", lambda: "fpu avx2 amx_bf16")       # the same file on an AMX one
+    with pytest.raises(common.InputError, match="was made with precision = float32 on cpu, this run has "
+                                                "bfloat16 on cpu; pass another --output"):
+        common.run(args, "fake", answer)
 
 
 def test_resume_stops_when_the_question_file_or_the_code_changed(tmp_path):
