@@ -48,6 +48,11 @@ def run(method: str, code: Path, dataset: str, limit: int, out: Path, extra: lis
     return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
 
 
+class RunFailed(SystemExit):
+    """A run exited with an error: the benchmark stops, except with --models, where that model is
+    left out of that method's figures and the others go on."""
+
+
 def run_measured(cmd: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
     """Run a command; (its result, its peak resident memory in GB) from the kernel's accounting of
     that one child (os.wait4), so runs one after the other do not see each other's peaks."""
@@ -59,7 +64,7 @@ def run_measured(cmd: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess
         out.seek(0), err.seek(0)
         stdout, stderr = out.read(), err.read()
     if code != 0:
-        raise SystemExit(f"error: {' '.join(map(str, cmd))} failed:\n{stderr[-2000:]}")
+        raise RunFailed(f"error: {' '.join(map(str, cmd))} failed:\n{stderr[-2000:]}")
     return subprocess.CompletedProcess(cmd, code, stdout, stderr), round(usage.ru_maxrss / 2**20, 2)
 
 
@@ -70,7 +75,9 @@ def load_figures(model: str, dtype: str) -> dict:
             f"common.load_model({model!r}, {dtype!r}, 'cpu'); "
             "print(json.dumps({'import_s': round(t1 - t, 1), 'load_s': round(time.perf_counter() - t1, 1)}))")
     done, peak = run_measured([sys.executable, "-c", code], ROOT)
-    return {**json.loads(done.stdout.strip().splitlines()[-1]), "load_peak_gb": peak}
+    out = {**json.loads(done.stdout.strip().splitlines()[-1]), "load_peak_gb": peak}
+    print(f"load {model}:{dtype}: {out}", file=sys.stderr, flush=True)
+    return out
 
 
 def cpu_name() -> str:
@@ -135,13 +142,24 @@ def main():
                 for name, code, extra in variants:
                     out = Path(tmp) / f"{method}-{dataset}-{name}-{r}.jsonl"
                     said = {}
-                    got = run(method, code, dataset, a.limit, out, extra, said)
+                    try:
+                        got = run(method, code, dataset, a.limit, out, extra, said)
+                    except RunFailed as e:
+                        if not a.models:
+                            raise
+                        print(f"{e.code}\n(left out: {method} on {name})", file=sys.stderr, flush=True)
+                        continue
+                    # each run as it ends, so that a long benchmark shows (and keeps) its progress
+                    print(f"{method} {dataset} {name}: {statistics.median(r['seconds'] for r in got):.1f} s per "
+                          f"question (median of {len(got)}), peak {said['peak_gb']} GB", file=sys.stderr, flush=True)
                     chose[name] = said["dtype"]
                     peak[name] = max(peak.get(name, 0.0), said["peak_gb"])
                     secs[name] += [row["seconds"] for row in got]
                     rows.setdefault(name, got)
-            med = {name: statistics.median(s) for name, s in secs.items()}
-            ref = rows[variants[0][0]]
+            med = {name: statistics.median(s) for name, s in secs.items() if s}
+            if not rows:
+                continue
+            ref = rows[next(iter(rows))]
             same = {name: (sum(x["prediction"] == y["prediction"] for x, y in zip(ref, rows[name])),
                            sum(strip_times(x) == strip_times(y) for x, y in zip(ref, rows[name])))
                     for name in rows if name != variants[0][0] and not a.models}
@@ -168,7 +186,7 @@ def main():
                 fig[f"same_predictions_{name}"] = f"{np_}/{len(ref)}"
                 fig[f"same_traces_{name}"] = f"{nt}/{len(ref)}"
             figures[f"{method}:{dataset}"] = fig
-            lines.append(f"{method:6} {dataset:11} " + " ".join(f"{med[n]:9.1f}" for n, _, _ in variants)
+            lines.append(f"{method:6} {dataset:11} " + " ".join(f"{med[n]:9.1f}" if n in med else f"{'failed':>9}" for n, _, _ in variants)
                          + (f" {fig['speedup_vs_plain']:8.2f}x" if "plain" in med else "")
                          + "  " + ", ".join(f"{n}: predictions {same[n][0]}/{len(ref)}, traces "
                                             f"{same[n][1]}/{len(ref)}" for n in same)
