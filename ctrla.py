@@ -277,6 +277,14 @@ def layer_keys(spec: str) -> list[int]:
     return list(range(-int(m[1]), -int(m[2]), -1))
 
 
+def scaled_range(spec: str, n_layers: int, reference: int = 32) -> str:
+    """A "B:E" range written for a `reference`-layer model (Mistral-7B: 32), moved to the same share
+    of the depth of an n_layers model: what the error for a shallower model suggests [ours]."""
+    b, e = (int(x) for x in spec.split(":"))
+    b = max(1, round(b * n_layers / reference))
+    return f"{b}:{max(b + 1, min(n_layers + 1, round(e * n_layers / reference)))}"
+
+
 def decoder_index(key: int, n_layers: int) -> int:
     """Key -k is HF hidden_states[-k], the output of 0-based decoder layer n_layers - k."""
     if not -n_layers <= key <= -1:
@@ -801,8 +809,14 @@ def main(argv=None):
 
     model, tok = common.load_model(args.model, args.dtype, args.device)
     steer, monitor = layer_keys(args.steer_layers), layer_keys(args.monitor_layers)
+    n_layers = len(common.decoder_layers(model))
+    if (args.steer_layers, args.monitor_layers) == (STEER_LAYERS, MONITOR_LAYERS) and n_layers < -min(steer + monitor):
+        raise InputError(f"CtrlA's default layer ranges ({STEER_LAYERS}, {MONITOR_LAYERS}; Mistral-7B has 32 layers) "
+                         f"need {-min(steer + monitor)} decoder layers and {args.model} has {n_layers}; pass the "
+                         f"same share of its depth: --steer-layers {scaled_range(STEER_LAYERS, n_layers)} "
+                         f"--monitor-layers {scaled_range(MONITOR_LAYERS, n_layers)}")
     for k in steer + monitor:
-        decoder_index(k, len(common.decoder_layers(model)))
+        decoder_index(k, n_layers)
     feats = load_features(model, tok, args.model, args.pairs, args.directions)
     tau = args.tau if args.tau is not None else TAUS.get(args.model)
     if tau is None and "center" not in feats["confidence"]:

@@ -134,6 +134,16 @@ def test_layer_mapping(n_layers, steer, monitor):
         ctrla.layer_keys("18:5")
 
 
+def test_default_ranges_moved_to_a_shallower_model():
+    # Gemma-3-270M has 18 layers: 5:18 -> round(2.81):round(10.1) = 3:10, 10:25 -> round(5.6):round(14.1) = 6:14
+    assert ctrla.scaled_range("5:18", 18) == "3:10" and ctrla.scaled_range("10:25", 18) == "6:14"
+    assert ctrla.scaled_range("10:25", 32) == "10:25"                 # the reference model: unchanged
+    assert ctrla.scaled_range("5:18", 2) == "1:2"                     # never empty, never past the top
+    for spec in ("5:18", "10:25"):
+        keys = ctrla.layer_keys(ctrla.scaled_range(spec, 18))
+        assert all(ctrla.decoder_index(k, 18) >= 0 for k in keys)
+
+
 def test_key_reads_the_decoder_layer_output():
     tok = make_tokenizer()
     model = make_model(len(tok), layers=6)
