@@ -9,6 +9,8 @@ log in OUT/NAME.log; a run already complete is skipped, a partial one resumes):
 - SeaKR at its default delta and at the --deltas; the papers' baselines from seakr.py: CoT (one chain,
   no retrieval), IRCoT (retrieve at every step, BM25's top hit) and the "- S.A. Retrieval" ablation;
 - CtrlA at its default tau, at the --taus, never and always retrieving;
+- named with --runs only, for the signals (eval.signals): seakr-calibrate (seakr.py --calibrate),
+  ctrla-monitor-only, rowen-hybrid-never (Z recorded, no retrieval);
 - Rowen once with --mode hybrid --always-retrieve: it computes Z_CL and Z_CM and repairs every answer,
   so Rowen-CL, -CM, -Hybrid at any threshold (the default, rowen.THRESHOLDS, and the --zs) and never-retrieve are
   re-read from that one run (rowen.at_threshold: the predictions a run of that mode and threshold
@@ -56,7 +58,19 @@ def runs(a) -> dict:
     out["ctrla-never"] = ("ctrla.py", ["--never-retrieve"], "CtrlA", "CtrlA, never retrieve")
     out["ctrla-always"] = ("ctrla.py", ["--always-retrieve"], "CtrlA", "CtrlA, always retrieve")
     out[HYBRID] = ("rowen.py", ["--mode", "hybrid", "--always-retrieve"], "Rowen", "Rowen, always retrieve")
-    return {n: v for n, v in out.items() if n in a.runs or a.runs == ["all"]}
+    out = {n: v for n, v in out.items() if n in a.runs or a.runs == ["all"]}
+    out.update({n: v for n, v in SIGNAL_RUNS.items() if n in a.runs})   # only when named
+    return out
+
+
+# Runs that measure a method's signal rather than its answers (eval.signals reads them): never in
+# "all", named with --runs on a question file of their own (README: Results).
+SIGNAL_RUNS = {
+    "seakr-calibrate": ("seakr.py", ["--calibrate"], "SeaKR", "SeaKR direct answers with U (--calibrate)"),
+    "ctrla-monitor-only": ("ctrla.py", ["--monitor-only"], "CtrlA", "CtrlA, never retrieve, monitor recorded"),
+    "rowen-hybrid-never": ("rowen.py", ["--mode", "hybrid", "--never-retrieve"], "Rowen",
+                           "Rowen, never retrieve (Z recorded)"),
+}
 
 
 def command(name: str, a) -> list[str]:
@@ -103,7 +117,7 @@ def table_rows(a) -> list[tuple[str, str, str, dict]]:
     """(name, method, label, summary) for every run file present, the Rowen rows re-read."""
     import rowen  # here, not at the top: it imports torch through common
     out = []
-    named = {**runs(a), **{n: (None, None, m, label) for n, (m, label) in LEGACY.items()}}
+    named = {**runs(a), **SIGNAL_RUNS, **{n: (None, None, m, label) for n, (m, label) in LEGACY.items()}}
     for name, (_, _, method, label) in named.items():
         path = a.out / f"{name}.jsonl"
         if not path.exists():
@@ -182,7 +196,7 @@ def main(argv=None):
                          f"--deltas and --taus around {a.model}'s own thresholds (README: Thresholds)")
     a.deltas = DELTAS if a.deltas is None else a.deltas
     a.taus = TAUS if a.taus is None else a.taus
-    known = runs(argparse.Namespace(**{**vars(a), "runs": ["all"]}))
+    known = {**runs(argparse.Namespace(**{**vars(a), "runs": ["all"]})), **SIGNAL_RUNS}
     if a.runs != ["all"] and set(a.runs) - set(known):
         raise SystemExit(f"error: unknown run {sorted(set(a.runs) - set(known))[0]}; runs: {', '.join(known)}")
     a.out.mkdir(parents=True, exist_ok=True)

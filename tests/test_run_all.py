@@ -37,6 +37,11 @@ def test_commands_and_resume(tmp_path):
     assert list(run_all.runs(a)) == ["seakr", "seakr-delta2.5", "seakr-delta0.8", "cot", "ircot", "seakr-no-sa-retrieval",
                                      "ctrla", "ctrla-tau-9.8", "ctrla-tau-6.8", "ctrla-never", "ctrla-always",
                                      "rowen-hybrid-always"]
+    # the signal runs are never part of "all"; named, they run on the question file given
+    assert not set(run_all.SIGNAL_RUNS) & set(run_all.runs(a))
+    b = argparse.Namespace(**{**vars(a), "runs": ["seakr-calibrate", "ctrla-monitor-only"]})
+    assert list(run_all.runs(b)) == ["seakr-calibrate", "ctrla-monitor-only"]
+    assert run_all.command("seakr-calibrate", b)[-3:] == ["--calibrate", "--seed", "1"]
     write(tmp_path / "seakr.jsonl", [qa("1", "Paris", 1)])
     assert not run_all.done("seakr", a)          # 1 of 2 questions: resumes
     write(tmp_path / "seakr.jsonl", [qa("1", "Paris", 1), qa("2", "Rome", 0)])
