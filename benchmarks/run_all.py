@@ -189,7 +189,8 @@ def main(argv=None):
                         "--dtype float16 --seed 1)")
     a = p.parse_args(argv)
     a.extra = a.extra[1:] if a.extra[:1] == ["--"] else a.extra
-    if a.model not in (None, "smollm2-135m") and not a.table_only and (a.deltas is None or a.taus is None):
+    sweeps = a.runs == ["all"] or any(r.startswith(("seakr-delta", "ctrla-tau")) for r in a.runs)
+    if a.model not in (None, "smollm2-135m") and not a.table_only and sweeps and (a.deltas is None or a.taus is None):
         # scores live on a scale of their own per model: SmolLM2's sweep would retrieve always or never
         # ("smollm2-135m" is common.DEFAULT_MODEL, not imported here: common loads torch)
         raise SystemExit(f"error: the default --deltas {DELTAS} and --taus {TAUS} suit smollm2-135m; give "

@@ -83,3 +83,7 @@ def test_no_run_files_is_a_clear_error(tmp_path):
         run_all.main(["--out", str(tmp_path), "--data", "q.json", "--model", "m/7b", "--deltas", "-6"])
     with pytest.raises(SystemExit, match="no such question file"):
         run_all.main(["--out", str(tmp_path), "--data", str(tmp_path / "missing.json")])
+    # a signal run has no threshold sweep to ask for
+    with pytest.raises(SystemExit, match="no such question file"):
+        run_all.main(["--out", str(tmp_path), "--data", str(tmp_path / "missing.json"), "--model", "m/7b",
+                      "--runs", "seakr-calibrate"])
