@@ -218,6 +218,19 @@ def choose_dtype(device: str, flags: str) -> tuple[str, str]:
     return "float32", "CPU has neither amx_bf16 nor avx512_bf16: bfloat16 would be emulated, slower"
 
 
+def resolve_device(device: str) -> str:
+    """--device auto: cuda where a GPU is visible, else cpu; any other value as given."""
+    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+
+
+def resolve_dtype(dtype: str, device: str) -> tuple[str, str]:
+    """(dtype, why) that load_model computes in: --dtype auto resolved by choose_dtype on this
+    machine (the run settings record it too), any other value as given."""
+    if dtype != "auto":
+        return dtype, "as given"
+    return choose_dtype(device, cpu_flags() if device == "cpu" else "")
+
+
 def default_model(device: str, flags: str) -> tuple[str, str]:
     """(alias, why): the strongest alias whose `make demo` (SeaKR, 16 HotpotQA questions) runs in
     about 10 minutes on a 2-core machine in the precision choose_dtype picks there.
@@ -248,8 +261,7 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "au
     key = (name, dtype, device)
     if key in _LOADED:
         return _LOADED[key]
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = resolve_device(device)
     if name not in EMBEDDED and not Path(name).exists() and "/" not in name:
         raise InputError(f"unknown model '{name}': use an embedded alias ({', '.join(EMBEDDED)}), "
                          "a Hugging Face id or a local directory")
@@ -259,7 +271,7 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "au
         raise InputError(f"--dtype int8 runs on the CPU only (device {device}); pass --device cpu, or "
                          "--dtype bfloat16 on the GPU")
     if dtype == "auto":
-        dtype, why = choose_dtype(device, cpu_flags() if device == "cpu" else "")
+        dtype, why = resolve_dtype(dtype, device)
         if (dtype, why) not in _DTYPE_SAID:
             _DTYPE_SAID.add((dtype, why))
             print(f"--dtype auto: {dtype} ({why})", file=sys.stderr)
@@ -1134,12 +1146,8 @@ def run_settings(args, code_file: str | None) -> dict:
     one), the code (sha256 of the method file and common.py) and the content of the question file and
     of the corpus file."""
     flags = {"--" + k.replace("_", "-"): v for k, v in sorted(vars(args).items()) if k not in NOT_SETTINGS}
-    device = getattr(args, "device", "auto")
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-    dtype = getattr(args, "dtype", "auto")
-    if dtype == "auto":
-        dtype = choose_dtype(device, cpu_flags() if device == "cpu" else "")[0]
-    flags["precision"] = f"{dtype} on {device}"
+    device = resolve_device(getattr(args, "device", "auto"))
+    flags["precision"] = f"{resolve_dtype(getattr(args, 'dtype', 'auto'), device)[0]} on {device}"
     data = args.data or (DATA_DIR / DATASETS[args.dataset] if args.dataset in DATASETS else args.dataset)
     corpus = getattr(args, "corpus", None)
     corpus = DATA_DIR / "corpus.jsonl" if corpus == "demo" else None if corpus in (None, "contexts") else corpus

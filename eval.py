@@ -292,14 +292,18 @@ def format_table(named_summaries, markdown=False, first="file"):
 
     header = [first] + columns
     body = [[name] + [cell(s, c) for c in columns] for name, s in named_summaries]
+    return render_table(header, body, markdown)
+
+
+def render_table(header, body, markdown=False, left=1):
+    """Rows of strings as a GitHub markdown table or as aligned text: the first `left` columns
+    (names) aligned left, the others (numbers) right, so that digits line up under each other."""
     if markdown:
         lines = ["| " + " | ".join(header) + " |",
-                 "|" + "|".join(["---"] + ["---:"] * len(columns)) + "|"]
+                 "|" + "|".join(["---"] * left + ["---:"] * (len(header) - left)) + "|"]
         return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body])
     widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
-    # names aligned left, numbers right, so that digits line up under each other
-    fmt = lambda r: "  ".join(r[0].ljust(widths[0]) if i == 0 else v.rjust(widths[i])
-                              for i, v in enumerate(r))
+    fmt = lambda r: "  ".join(v.ljust(widths[i]) if i < left else v.rjust(widths[i]) for i, v in enumerate(r))
     return "\n".join(fmt(r) for r in [header] + body)
 
 
@@ -552,12 +556,7 @@ def signals_table(named, markdown=False):
                          "-" if v["auroc"] is None else f"{v['auroc']:.3f}",
                          "-" if v["interval"] is None else f"{v['interval'][0]:.2f} to {v['interval'][1]:.2f}",
                          f"{100 * v['flags_wrong']:.0f}% / {100 * v['flags_right']:.0f}%" if "flags_wrong" in v else "-"])
-    if markdown:
-        return "\n".join(["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 5) + "|"]
-                         + ["| " + " | ".join(r) + " |" for r in body])
-    widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
-    return "\n".join("  ".join(v.ljust(widths[i]) if i < 3 else v.rjust(widths[i]) for i, v in enumerate(r))
-                     for r in [header] + body)
+    return render_table(header, body, markdown, left=3)
 
 
 def signals_main(argv):
