@@ -14,8 +14,8 @@ them needs to talk to a language model, a corpus and a question set:
               prompt, batching, a prefix cache: the "Speed machinery" section at the end of the file);
               --plain routes them through reference()
 - hooks:      record_output() and add_to_output(), removed on exit even on an exception
-- retrieval:  open_retriever(spec, preset) -> search(query, k) (retrieval.py: Lucene-parity BM25,
-              on-disk index, Elasticsearch), load_corpus(), contexts_corpus()
+- retrieval:  open_retriever(spec, preset) -> search(query, k), the one entry point to retrieval.py
+              (Lucene-parity BM25, corpus files, the on-disk index, Elasticsearch)
 - datasets:   load_dataset(name_or_path, limit)
 - run loop:   add_common_args(), run(): one JSON line per question, resume, summary
 """
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import csv
 import hashlib
 import importlib.util
 import json
@@ -41,8 +40,9 @@ import numpy as np
 import torch
 from transformers.cache_utils import DynamicLayer
 
-class InputError(Exception):
-    """Bad user input: a one-line message naming the file (and line) and the fix; no traceback."""
+import retrieval
+from retrieval import InputError  # bad input: a one-line message, no traceback (defined in retrieval.py, which imports no project file)
+
 
 
 # ----------------------------------------------------------------------------------------------
@@ -659,84 +659,16 @@ while who whom why will with won wouldn y you your yours yourself yourselves
 """.split())
 
 
-def load_corpus(path):
-    """Read a passage corpus into a list of {"id", "title", "text"}, in file order.
-
-    Formats, told apart by the extension (.tsv) or by the keys of the first JSON line:
-    - DPR `psgs_w100.tsv`: tab-separated id, text, title with a header line; csv quoting.
-    - JSONL {id, title, text} (the demo corpus, and DPR's passages converted to JSONL).
-    - FlashRAG JSONL {id, contents: "\\"Title\\"\\ntext"} (its wiki-18 corpus is DPR's psgs_w100).
-    Everything is held in memory: fine up to a few hundred thousand passages; for all of Wikipedia
-    build an on-disk index once (`python retrieval.py build CORPUS INDEX_DIR`) or use es://.
-    """
-    import retrieval
-    passages = list(retrieval.iter_passages(path))
-    if not passages:
-        raise InputError(f"{path} holds no passages; pass --corpus with a non-empty corpus file")
-    return passages
-
-
-def _read_dpr_tsv(f, path):
-    reader = csv.reader(f, delimiter="\t")  # DPR quotes texts that hold quotes: "a ""b"" c"
-    for row in reader:
-        if not row or (reader.line_num == 1 and row[0] == "id"):
-            continue
-        if len(row) != 3:
-            raise InputError(f"{path}:{reader.line_num}: expected 3 tab-separated columns "
-                             f"(id, text, title), got {len(row)}; fix or remove that line")
-        pid, text, title = row
-        yield {"id": pid, "title": title, "text": text}
-
-
-def _read_jsonl_corpus(f, path):
-    flashrag, n = None, 0
-    for lineno, row in _jsonl_rows(f, path):
-        if flashrag is None:  # the first line decides the format of the file
-            if "contents" not in row and "text" not in row:
-                raise InputError(f"{path}:{lineno}: unrecognised corpus format (keys "
-                                 f"{sorted(row)}); "
-                                 "expected JSONL {id, title, text}, FlashRAG JSONL {id, contents} "
-                                 "or DPR psgs_w100.tsv (id, text, title)")
-            flashrag = "contents" in row
-        try:
-            if flashrag:
-                title, _, text = row["contents"].partition("\n")
-                title = title.strip()
-                if len(title) >= 2 and title[0] == title[-1] == '"':
-                    title = title[1:-1]  # subtle: strip one pair only; titles may hold quotes
-            else:
-                title, text = row.get("title", ""), row["text"]
-        except (KeyError, AttributeError) as e:
-            raise InputError(f"{path}:{lineno}: passage lacks field {e} used by the first line; "
-                             "fix or remove that line") from None
-        yield {"id": str(row.get("id", n)), "title": title, "text": text}
-        n += 1
-
-
-def contexts_corpus(records):
-    """The corpus pooled from the questions' own context paragraphs (HotpotQA / 2Wiki distractor
-    setting), deduplicated on (title, text) in first-seen order, with ids "ctx-0", "ctx-1", ..."""
-    pooled = {}
-    for record in records:
-        for c in record.get("contexts", []):
-            key = (c["title"], c["text"])
-            if key not in pooled:
-                pooled[key] = {"id": f"ctx-{len(pooled)}", "title": c["title"], "text": c["text"]}
-    return list(pooled.values())
-
-
 def open_retriever(spec, preset="seakr"):
     """The one entry point to retrieval (see retrieval.py): a list of passages, a corpus file, an index
     directory (`python retrieval.py build CORPUS INDEX_DIR`) or es://HOST:PORT/INDEX, opened with
     the method's preset ("seakr": english analyzer, best_fields over title and txt; "ctrla":
     standard analyzer, match on text). Returns an object with search(query, k) -> passages."""
-    import retrieval
     return retrieval.open_retriever(spec, preset)
 
 
 def BM25(passages, k1=1.2, b=0.75):
     """In-memory BM25 over passages with the "seakr" preset (Lucene-parity; see retrieval.LocalBM25)."""
-    import retrieval
     return retrieval.LocalBM25(passages, "seakr", k1=k1, b=b)
 
 
@@ -829,7 +761,7 @@ def _read_json_rows(path):
             raise InputError(f"{path}:{e.lineno}: malformed JSON ({e.msg}); fix the file or "
                              "download it again") from None
         # subtle: split on "\n" only; str.splitlines() also splits on U+2028, valid inside JSON
-        return [row for _, row in _jsonl_rows(text.split("\n"), path)]
+        return [row for _, row in retrieval.jsonl_rows(text.split("\n"), path)]
     if isinstance(data, dict):  # a SQuAD file, or a JSONL file with a single line
         data = data["data"] if "version" in data and "data" in data else [data]
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
@@ -838,22 +770,6 @@ def _read_json_rows(path):
     if not data:
         raise InputError(f"{path} holds no records; pass a data file with at least one question")
     return data
-
-
-def _jsonl_rows(lines, path):
-    """(line number, object) for every non-blank line; InputError naming file:line otherwise."""
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{path}:{lineno}: malformed JSON line ({e.msg}); fix or remove "
-                             "that line") from None
-        if not isinstance(row, dict):
-            raise InputError(f"{path}:{lineno}: expected a JSON object on each line; fix or "
-                             "remove that line")
-        yield lineno, row
 
 
 def _detect_format(row, path):
@@ -941,7 +857,7 @@ def _aliases(path):
     if not alias_path.is_file():
         return {}
     with open(alias_path, encoding="utf-8-sig") as f:
-        return {r["Q_id"]: r.get("aliases", []) for _, r in _jsonl_rows(f, alias_path)}
+        return {r["Q_id"]: r.get("aliases", []) for _, r in retrieval.jsonl_rows(f, alias_path)}
 
 
 def _from_2wiki(row, kind, aliases):
@@ -1112,7 +1028,7 @@ def load_retriever(args, records: list[dict], preset: str = "seakr"):
     """The retriever named by --corpus: 'demo', 'contexts' (the questions' own paragraphs), a corpus
     file, an index directory or es://HOST:PORT/INDEX, opened with the method's preset."""
     if args.corpus == "contexts":
-        passages = contexts_corpus(records)
+        passages = retrieval.contexts_corpus(records)
         if not passages:
             raise InputError("--corpus contexts: the loaded questions carry no context paragraphs; "
                              "use --corpus demo or a corpus file")

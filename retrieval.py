@@ -50,6 +50,7 @@ Backends:
 from __future__ import annotations
 
 import base64
+import csv
 import json
 import math
 import os
@@ -64,7 +65,13 @@ from pathlib import Path
 
 import numpy as np
 
-from common import InputError
+
+class InputError(Exception):
+    """Bad user input: a one-line message naming the file (and line) and the fix; no traceback.
+
+    Every project file raises this one class (common.py re-exports it); it lives here because this
+    file imports no other file of the project, so nothing circles back to define it."""
+
 
 K1, B = 1.2, 0.75       # Lucene / Elasticsearch BM25 defaults [BEIR and CtrlA's ES index use them]
 TIE_BREAKER = 0.5       # multi_match best_fields tie_breaker [official SeaKR retriever.py]
@@ -369,26 +376,108 @@ CORPUS_FORMATS = ("DPR psgs_w100.tsv (id, text, title), JSONL {id, title, text} 
 
 
 def iter_passages(path):
-    """Passages {"id", "title", "text"} of a corpus file, one at a time (see common.load_corpus)."""
-    import csv
-    import common
+    """Passages {"id", "title", "text"} of a corpus file, one at a time (see load_corpus)."""
     path = Path(path)
     if path.is_dir():
         raise InputError(f"{path} is a directory without an index (no {META}); build one with "
                          f"`python retrieval.py build CORPUS {path}` or pass a corpus file")
     if not path.is_file():
-        raise InputError(f"{path}: no such corpus file or index directory; pass --corpus demo, contexts, "
-                         "a corpus file, an index built by `python retrieval.py build` or es://HOST:PORT/INDEX")
+        raise InputError(f"{path}: no such corpus file or index directory; give a corpus file, an index "
+                         "directory built by `python retrieval.py build` or es://HOST:PORT/INDEX (the methods' "
+                         "--corpus also takes demo or contexts)")
     with open(path, encoding="utf-8-sig", newline="") as f:
         head = f.read(4096)
         f.seek(0)
         if path.suffix.lower() == ".tsv":
-            yield from common._read_dpr_tsv(f, path)
+            yield from _read_dpr_tsv(f, path)
         elif head.lstrip()[:1] == "{" or not head.strip():
-            yield from common._read_jsonl_corpus(f, path)
+            yield from _read_jsonl_corpus(f, path)
         else:
             raise InputError(f"{path}: unrecognised corpus format (neither .tsv nor JSON lines); "
                              f"expected {CORPUS_FORMATS}")
+
+
+def load_corpus(path):
+    """Read a passage corpus into a list of {"id", "title", "text"}, in file order.
+
+    Formats, told apart by the extension (.tsv) or by the keys of the first JSON line:
+    - DPR `psgs_w100.tsv`: tab-separated id, text, title with a header line; csv quoting.
+    - JSONL {id, title, text} (the demo corpus, and DPR's passages converted to JSONL).
+    - FlashRAG JSONL {id, contents: "\\"Title\\"\\ntext"} (its wiki-18 corpus is DPR's psgs_w100).
+    Everything is held in memory: fine up to a few hundred thousand passages; for all of Wikipedia
+    build an on-disk index once (`python retrieval.py build CORPUS INDEX_DIR`) or use es://.
+    """
+    passages = list(iter_passages(path))
+    if not passages:
+        raise InputError(f"{path} holds no passages; pass --corpus with a non-empty corpus file")
+    return passages
+
+
+def _read_dpr_tsv(f, path):
+    reader = csv.reader(f, delimiter="\t")  # DPR quotes texts that hold quotes: "a ""b"" c"
+    for row in reader:
+        if not row or (reader.line_num == 1 and row[0] == "id"):
+            continue
+        if len(row) != 3:
+            raise InputError(f"{path}:{reader.line_num}: expected 3 tab-separated columns "
+                             f"(id, text, title), got {len(row)}; fix or remove that line")
+        pid, text, title = row
+        yield {"id": pid, "title": title, "text": text}
+
+
+def _read_jsonl_corpus(f, path):
+    flashrag, n = None, 0
+    for lineno, row in jsonl_rows(f, path):
+        if flashrag is None:  # the first line decides the format of the file
+            if "contents" not in row and "text" not in row:
+                raise InputError(f"{path}:{lineno}: unrecognised corpus format (keys "
+                                 f"{sorted(row)}); "
+                                 "expected JSONL {id, title, text}, FlashRAG JSONL {id, contents} "
+                                 "or DPR psgs_w100.tsv (id, text, title)")
+            flashrag = "contents" in row
+        try:
+            if flashrag:
+                title, _, text = row["contents"].partition("\n")
+                title = title.strip()
+                if len(title) >= 2 and title[0] == title[-1] == '"':
+                    title = title[1:-1]  # subtle: strip one pair only; titles may hold quotes
+            else:
+                title, text = row.get("title", ""), row["text"]
+        except (KeyError, AttributeError) as e:
+            raise InputError(f"{path}:{lineno}: passage lacks field {e} used by the first line; "
+                             "fix or remove that line") from None
+        yield {"id": str(row.get("id", n)), "title": title, "text": text}
+        n += 1
+
+
+def contexts_corpus(records):
+    """The corpus pooled from the questions' own context paragraphs (HotpotQA / 2Wiki distractor
+    setting), deduplicated on (title, text) in first-seen order, with ids "ctx-0", "ctx-1", ..."""
+    pooled = {}
+    for record in records:
+        for c in record.get("contexts", []):
+            key = (c["title"], c["text"])
+            if key not in pooled:
+                pooled[key] = {"id": f"ctx-{len(pooled)}", "title": c["title"], "text": c["text"]}
+    return list(pooled.values())
+
+
+
+
+def jsonl_rows(lines, path):
+    """(line number, object) for every non-blank line; InputError naming file:line otherwise."""
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path}:{lineno}: malformed JSON line ({e.msg}); fix or remove "
+                             "that line") from None
+        if not isinstance(row, dict):
+            raise InputError(f"{path}:{lineno}: expected a JSON object on each line; fix or "
+                             "remove that line")
+        yield lineno, row
 
 
 # ---------------------------------------------------------------------------------------------
@@ -725,8 +814,7 @@ def open_retriever(spec, preset="seakr"):
     path = Path(spec)
     if path.is_dir():
         return IndexBM25(path, preset)
-    import common
-    return LocalBM25(common.load_corpus(path), preset)
+    return LocalBM25(load_corpus(path), preset)
 
 
 def main(argv=None):

@@ -103,7 +103,7 @@ def parity(args):
     if lucene_jars() is None:
         print("skipped: needs java, javac and liblucene8-java (apt-get install liblucene8-java)")
         return None
-    corpus = common.load_corpus(args.corpus)
+    corpus = retrieval.load_corpus(args.corpus)
     queries = parity_queries(corpus)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -140,7 +140,7 @@ def _synthetic(corpus, n, path):
 
 def scale(args):
     import common
-    corpus = common.load_corpus(args.corpus)
+    corpus = retrieval.load_corpus(args.corpus)
     work = Path(args.dir or tempfile.mkdtemp(prefix="bench_retrieval_"))
     work.mkdir(parents=True, exist_ok=True)
     src, index = work / f"corpus_{args.n}.jsonl", work / f"index_{args.n}"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from common import (BM25, DATASETS, STOP_WORDS, InputError, contexts_corpus, load_corpus,
-                         load_dataset)
+from common import BM25, DATASETS, STOP_WORDS, InputError, load_dataset
+from retrieval import contexts_corpus, load_corpus
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RAW = Path(__file__).parents[2] / "shared/data/raw"  # real data; only on the developers' machine
@@ -77,7 +77,7 @@ def test_load_corpus_formats():
 
 
 def test_load_corpus_errors(tmp_path):
-    with pytest.raises(InputError, match="nope.jsonl: no such corpus file or index directory; pass --corpus"):
+    with pytest.raises(InputError, match="nope.jsonl: no such corpus file or index directory; give a corpus file"):
         load_corpus(tmp_path / "nope.jsonl")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "1", "title": "A", "text": "a"}\n{"id": "2", "title": \n')
@@ -294,7 +294,7 @@ def test_shared_raw_files_load():
 
 def test_shipped_demo_sets_and_corpus():
     """Every demo set loads with at least 15 questions; the demo corpus holds the single-hop answers."""
-    from common import DATA_DIR, DATASETS, BM25, load_corpus, load_dataset
+    from common import DATA_DIR
     corpus = load_corpus(DATA_DIR / "corpus.jsonl")
     assert len(corpus) >= 150 and len({p["id"] for p in corpus}) == len(corpus)
     text = " ".join(p["title"] + " " + p["text"] for p in corpus).lower()

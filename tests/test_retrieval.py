@@ -313,6 +313,10 @@ def test_build_command_line(tmp_path, capsys):
     assert "12 passages indexed" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="error: .*no such corpus file"):
         retrieval.main(["build", str(tmp_path / "nope.tsv"), str(tmp_path / "idx2")])
+    # search takes the corpus as its first argument: the error must not tell the user to pass --corpus
+    with pytest.raises(SystemExit) as e:
+        retrieval.main(["search", str(tmp_path / "nope.jsonl"), "Paris"])
+    assert "no such corpus file" in str(e.value) and "pass --corpus" not in str(e.value)
 
 
 # --- parity with real Lucene (java + liblucene8-java only) ----------------------------------------------
