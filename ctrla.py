@@ -15,6 +15,16 @@ Paper: Huanshuo Liu et al., "CtrlA: Adaptive Retrieval-Augmented Generation via 
 
 Follows the paper's intent and the official code's concrete values (shared/specs/ctrla.md).
 Differs from the official code in:
+- the statements the features are read from are the project's own (data/ctrla_honesty.csv: 347 true
+  science facts; data/ctrla_confidence.csv: 540 confident or hedging statements on 27 topics), none
+  of the official eval_data/facts_true_false.csv / confidence_train.csv rows, so the default
+  directions are not the official ones; `--honesty-data FILE --confidence-data FILE` read those
+  official files (columns statement,label; the label-1 rows, as the official notebooks) and give the
+  official directions (tau's calibration then uses our styled confidence statements: the official
+  file has none);
+- a contrast prompt's statement prefix is cut from the token ids of persona + statement encoded as
+  one text (official: the text of the statement's first i tokens, appended and re-encoded; the same
+  tokens on Mistral's template, but a prefix text ending in a space token would lose it here);
 - retrieval is BM25 everywhere (common.open_retriever(spec, preset="ctrla"): Lucene's `standard`
   analyzer and a `match` query on the passage text, as the official Elasticsearch service, computed
   locally or sent to an existing Elasticsearch index); the paper uses BGE (dense) for PopQA, TriviaQA, ASQA and Bio, and adds web search (Serper)
@@ -112,25 +122,34 @@ PERSONAS = {"honesty": ("an honest", "an untruthful"),  # paper: "dishonest"
 # ----------------------------------------------------------------------------------------------
 # Feature extraction (3.2.1, App. C.1): contrast pairs, last-token states, PCA, sign
 
-def statement_prefixes(tok, statement: str) -> list[str]:
-    """Every token prefix of the statement but those reaching into its last 6 tokens: T-6 of them
-    [official]. subtle: a prefix is the tokens' text without the leading space of its first token
-    (SentencePiece's "▁The" gives "The", as the official convert_tokens_to_string does); contrast_pairs
-    puts the space back where the template needs one."""
-    toks = tok.tokenize(statement)
-    return [tok.convert_tokens_to_string(toks[:i]).lstrip(" ")
-            for i in range(1, len(toks) - SKIP_LAST + 1)]
+def statement_prefixes(tok, head: str, statement: str) -> list[list[int]]:
+    """Token ids of head + each prefix of the statement but those reaching into its last 6 tokens: T-6
+    of them [official range(1, T-5)]. The statement's tokens are those of head + statement encoded as
+    one text whose characters reach into the statement, as the model reads it whole (official: the
+    prefix text convert_tokens_to_string(tokenize(statement)[:i]) appended to the head, re-encoded).
+    subtle: the prefixes are cut from token ids, never decoded and re-encoded: a prefix that ends in a
+    lone space token (byte-level BPE's "Ġ" before a digit, as Qwen splits " 206"; SentencePiece's "▁")
+    would lose it, since common.encode drops a text prompt's trailing space, and repeat the prefix
+    before it."""
+    text = append(head, statement)
+    enc = encode_offsets(tok, text)
+    start = len(text) - len(statement)
+    mine = [i for i, (a, b) in enumerate(enc["offset_mapping"]) if b > start]
+    ids = enc["input_ids"][:mine[0]] + [enc["input_ids"][i] for i in mine] if mine else []
+    n = len(ids) - len(mine)
+    return [ids[:n + i] for i in range(1, len(mine) - SKIP_LAST + 1)]
 
 
 def contrast_pairs(tok, statements, personas, n_pairs=N_PAIRS, seed=PAIR_SEED):
     """The first n_pairs (positive, negative) prompts in statement order, each pair's order shuffled.
     The statement follows the template as the reply, after one space where the template ends in a
     tag (official: "[INST] Pretend ... [/INST] " + prefix), none after a newline (append).
-    Returns (prompts flattened pair by pair, first_is_positive per pair, statements used)."""
+    Returns (prompts as token ids, flattened pair by pair; first_is_positive per pair; statements used)."""
     pos, neg = (common.chat_prompt(tok, PERSONA.format(p)) for p in personas)
     pairs, used = [], 0
     while len(pairs) < n_pairs and used < len(statements):
-        pairs += [[append(pos, x), append(neg, x)] for x in statement_prefixes(tok, statements[used])]
+        x = statements[used].strip()
+        pairs += [list(pair) for pair in zip(statement_prefixes(tok, pos, x), statement_prefixes(tok, neg, x))]
         used += 1
     rng, flat, first_pos = random.Random(seed), [], []
     for pair in pairs[:n_pairs]:
@@ -143,7 +162,8 @@ def contrast_pairs(tok, statements, personas, n_pairs=N_PAIRS, seed=PAIR_SEED):
 
 @torch.inference_mode()
 def last_token_states(model, tok, prompts, batch=BATCH) -> torch.Tensor:
-    """[L, N, d]: every decoder layer's output (HF hidden_states[1:]) at each prompt's last token.
+    """[L, N, d]: every decoder layer's output (HF hidden_states[1:]) at each prompt's (text or token
+    ids) last token.
 
     The prompts' common leading tokens (chat template and persona, most of each prompt) are prefilled
     once and their KV cache shared by every batch; the rest follows it left-padded, with position ids
@@ -192,14 +212,30 @@ def read_features(states: torch.Tensor, first_pos: torch.Tensor) -> dict:
     return {"direction": dirs, "mean": means, "sign": signs}
 
 
+def label_is_one(value) -> bool:
+    """The official notebooks keep df[df["label"] == 1] (pandas): "1", "1.0" and "True" are 1."""
+    value = str(value).strip()
+    try:
+        return float(value) == 1
+    except ValueError:
+        return value.lower() == "true"
+
+
 def read_statements(path) -> list[dict]:
-    """The label-1 rows of a CSV with columns statement,label[,topic,style] (the probes use only those)."""
+    """The label-1 rows of a CSV with columns statement,label[,topic,style] (the probes use only those):
+    ours in data/, or the official eval_data/facts_true_false.csv / confidence_train.csv (statement,label)."""
     try:
         with open(path, encoding="utf-8", newline="") as f:
-            rows = [r for r in csv.DictReader(f) if str(r.get("label", "1")).strip() == "1"]
-        assert all(r["statement"] for r in rows)
+            reader = csv.DictReader(f)
+            if "statement" not in (reader.fieldnames or []):
+                raise KeyError("no 'statement' column")
+            rows = [r for r in reader if label_is_one(r.get("label", "1"))]
+        assert all(r["statement"] and r["statement"].strip() for r in rows), "an empty statement"
     except (OSError, KeyError, AssertionError, csv.Error) as e:
-        raise InputError(f"{path}: cannot read statements ({e!r}); restore data/ or fix its header") from None
+        raise InputError(f"{path}: cannot read statements ({e!r}); pass a CSV with columns statement,label "
+                         "(or restore data/)") from None
+    if not rows:
+        raise InputError(f"{path}: no statement with label 1; the features read only label-1 rows")
     return rows
 
 
@@ -219,48 +255,61 @@ def answer_states(model, tok, prompt: str, answer: str):
     return torch.stack(hs[1:])[:, 0].float().cpu(), enc["offset_mapping"], len(text) - len(answer)
 
 
-def style_center(model, tok, feats: dict, rows: list[dict], n: int = 20) -> torch.Tensor:
+def style_center(model, tok, feats: dict, rows: list[dict], n: int = 20) -> torch.Tensor | None:
     """[L] our calibration of tau for models other than the paper's: per layer, the score halfway between
     the mean token scores of confident and of unconfident statements (n of each, not used for the
-    features) given as the answer to "Tell me about <topic>."."""
+    features) given as the answer to "Tell me about <topic>.". None without statements of both styles."""
     means = []
     for style in ("confident", "unconfident"):
         states = []
         for r in [r for r in rows if r.get("style") == style][:n]:
-            prompt = build_prompt(tok, "short", f"Tell me about {r.get('topic', 'the world').lower()}.")
+            prompt = build_prompt(tok, "short", f"Tell me about {(r.get('topic') or 'the world').lower()}.")
             hs, spans, start = answer_states(model, tok, prompt, r["statement"])
             states.append(hs[:, [i for i, (a, b) in enumerate(spans) if b > start]].mean(1))
-        if not states:  # a statement file without a style column: no calibration
-            return torch.zeros(len(feats["sign"]))
+        if not states:
+            return None
         means.append(torch.stack(states).mean(0))
     return feats["sign"] * (((means[0] + means[1]) / 2 - feats["mean"]) * feats["direction"]).sum(-1)
 
 
-def features(model, tok, kind: str, n_pairs=N_PAIRS, rows=None) -> dict:
-    """Honesty or confidence features of every layer (keys -1..-L index the returned tensors)."""
-    rows = rows or read_statements(HONESTY_FILE if kind == "honesty" else CONFIDENCE_FILE)
+def features(model, tok, kind: str, n_pairs=N_PAIRS, rows=None, file=None) -> dict:
+    """Honesty or confidence features of every layer (keys -1..-L index the returned tensors), read from
+    `rows` or the statement file (default: ours in data/). The confidence features carry tau's
+    calibration (style_center) on the file's styled statements the features did not use; a file without
+    a style column (the official confidence_train.csv) is calibrated on ours, which its features never read."""
+    default = HONESTY_FILE if kind == "honesty" else CONFIDENCE_FILE
+    rows = rows if rows is not None else read_statements(file or default)
     prompts, first_pos, used = contrast_pairs(tok, [r["statement"] for r in rows], PERSONAS[kind], n_pairs)
     feats = {**read_features(last_token_states(model, tok, prompts), first_pos), "statements_used": used}
     if kind == "confidence":
-        feats["center"] = style_center(model, tok, feats, rows[used:])
+        held_out = rows[used:] if any("style" in r for r in rows) else read_statements(CONFIDENCE_FILE)
+        center = style_center(model, tok, feats, held_out)
+        if center is not None:
+            feats["center"] = center
     return feats
 
 
-def load_features(model, tok, model_name: str, n_pairs=N_PAIRS, path=None) -> dict:
+def load_features(model, tok, model_name: str, n_pairs=N_PAIRS, path=None, honesty_file=HONESTY_FILE,
+                  confidence_file=CONFIDENCE_FILE) -> dict:
     """Both features, cached on disk per model, statement files and pair count (--directions PATH)."""
-    # keyed on the contrast prompts themselves, so that a change in how they are built never reuses
-    # features read from other prompts
-    digest = hashlib.sha1(HONESTY_FILE.read_bytes() + CONFIDENCE_FILE.read_bytes() + str(n_pairs).encode())
-    for kind, file in (("honesty", HONESTY_FILE), ("confidence", CONFIDENCE_FILE)):
-        rows = [r["statement"] for r in read_statements(file)]
-        digest.update("\x00".join(contrast_pairs(tok, rows, PERSONAS[kind], n_pairs)[0]).encode())
+    files = {"honesty": Path(honesty_file), "confidence": Path(confidence_file)}
+    rows = {kind: read_statements(file) for kind, file in files.items()}
+    # keyed on the statement files (and ours for confidence, which calibrates tau when the confidence file
+    # has no style column) and on the contrast prompts' token ids themselves, so that a change in the
+    # data or in how the prompts are built never reuses features read from other prompts
+    digest = hashlib.sha1(str(n_pairs).encode())
+    for file in (*files.values(), CONFIDENCE_FILE):
+        digest.update(file.read_bytes() if file.exists() else b"")
+    for kind in files:
+        prompts = contrast_pairs(tok, [r["statement"] for r in rows[kind]], PERSONAS[kind], n_pairs)[0]
+        digest.update(json.dumps(prompts).encode())
     key = digest.hexdigest()[:12]
     name = re.sub(r"[^\w.-]", "_", model_name)
     path = Path(path) if path else common.CACHE_DIR / "ctrla" / f"{name}-{n_pairs}-{key}.pt"
     if path.exists():
         return torch.load(path)
     print(f"computing CtrlA features ({n_pairs} pairs each) into {path} (once)", file=sys.stderr)
-    feats = {kind: features(model, tok, kind, n_pairs) for kind in PERSONAS}
+    feats = {kind: features(model, tok, kind, n_pairs, rows=rows[kind]) for kind in PERSONAS}
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(feats, path)
     return feats
@@ -766,6 +815,8 @@ def solve(run: Run, rec: dict) -> dict:
 def run_name(args, s: Settings) -> str:
     """The output file's method part, so that runs with other settings never resume each other."""
     parts = ["ctrla", "honp" if s.honesty_prompt else f"lam{s.lam:g}" if s.lam != LAMBDA else ""]
+    for flag, value in (("hon", getattr(args, "honesty_data", None)), ("conf", getattr(args, "confidence_data", None))):
+        parts.append(f"{flag}-{Path(value).stem}" if value else "")
     if not s.retrieve:
         parts.append("noret")
     elif not s.act:
@@ -799,6 +850,13 @@ def main(argv=None):
     p.add_argument("--monitor-layers", default=MONITOR_LAYERS, help="B:E = keys -B..-(E-1) from the top")
     p.add_argument("--directions", help="feature file to reuse (written there if missing)")
     p.add_argument("--pairs", type=int, default=N_PAIRS, help="contrast pairs per feature (official: 512)")
+    p.add_argument("--honesty-data", metavar="FILE",
+                   help="statements for the honesty features, a CSV with columns statement,label (label-1 rows "
+                   "used); the official eval_data/facts_true_false.csv gives the official directions "
+                   "(default: data/ctrla_honesty.csv, ours)")
+    p.add_argument("--confidence-data", metavar="FILE",
+                   help="statements for the confidence features, as --honesty-data; the official "
+                   "eval_data/confidence_train.csv (default: data/ctrla_confidence.csv, ours)")
     p.add_argument("--max-new-tokens", type=int, help="answer budget (default: per dataset, as official)")
     p.add_argument("--task", choices=["short", "asqa", "bio", "freshqa", *MULTIHOP],
                    help="prompt family (default: from the dataset)")
@@ -806,6 +864,9 @@ def main(argv=None):
                    help="report the features' accuracy per layer range (paper 5.2) and exit")
     args = p.parse_args(argv)
     common.check_inputs(args)                 # bad input fails here, before the model loads
+    honesty_file, confidence_file = args.honesty_data or HONESTY_FILE, args.confidence_data or CONFIDENCE_FILE
+    for file in (honesty_file, confidence_file):
+        read_statements(file)
 
     model, tok = common.load_model(args.model, args.dtype, args.device)
     steer, monitor = layer_keys(args.steer_layers), layer_keys(args.monitor_layers)
@@ -817,10 +878,11 @@ def main(argv=None):
                          f"--monitor-layers {scaled_range(MONITOR_LAYERS, n_layers)}")
     for k in steer + monitor:
         decoder_index(k, n_layers)
-    feats = load_features(model, tok, args.model, args.pairs, args.directions)
+    feats = load_features(model, tok, args.model, args.pairs, args.directions, honesty_file, confidence_file)
     tau = args.tau if args.tau is not None else TAUS.get(args.model)
-    if tau is None and "center" not in feats["confidence"]:
-        raise InputError(f"{args.directions}: no tau calibration in this feature file; pass --tau")
+    if tau is None and feats["confidence"].get("center") is None:
+        raise InputError(f"{args.directions or 'the features'}: no tau calibration (no held-out confident and "
+                         "unconfident statements); pass --tau")
     s = Settings(tau=tau, lam=0.0 if args.honesty_prompt else args.lam, steer=tuple(steer),
                  monitor=tuple(monitor), query=args.query, retrieve=not args.never_retrieve,
                  always=args.always_retrieve, act=not args.monitor_only, honesty_prompt=args.honesty_prompt, answer_tokens=args.max_new_tokens, task=args.task)
@@ -828,7 +890,7 @@ def main(argv=None):
         print(f"tau = {threshold(s, feats, monitor):.3f} (calibrated for {args.model}; --tau overrides)",
               file=sys.stderr)
     if args.check_features:
-        check_features(Run(model, tok, feats, None, s), args.limit)
+        check_features(Run(model, tok, feats, None, s), args.limit, honesty_file)
         return
     bm25 = common.load_retriever(args, common.load_questions(args), preset="ctrla") if s.retrieve and s.act else None
     run = Run(model, tok, feats, bm25, s)
@@ -851,14 +913,15 @@ def auc(pos: torch.Tensor, neg: torch.Tensor) -> float:
 
 
 @torch.inference_mode()
-def check_features(run: Run, limit: int | None = None) -> dict:
-    """Paper 5.2 per layer range. Honesty: true statements the features did not use vs false ones (ours),
+def check_features(run: Run, limit: int | None = None, honesty_file=HONESTY_FILE) -> dict:
+    """Paper 5.2 per layer range. Honesty: true statements of the honesty file the features did not use
+    vs false ones (ours),
     each said in the honest persona's reply and scored at its last token: accuracy at the median, AUC.
     Confidence (Table 6): the first segment of the answer to 20 answerable and 20 unanswerable questions
     (ours): flagged iff the trigger fires; AUC of its mean token score (answerable higher)."""
     model, tok, h, c = run.model, run.tok, run.feats["honesty"], run.feats["confidence"]
     data = json.loads(CHECK_FILE.read_text())
-    true = [r["statement"] for r in read_statements(HONESTY_FILE)[h["statements_used"]:][-(limit or 40):]]
+    true = [r["statement"] for r in read_statements(honesty_file)[h["statements_used"]:][-(limit or 40):]]
     false = data["false_statements"][:limit]
     persona = common.chat_prompt(tok, PERSONA.format(PERSONAS["honesty"][0]))
     states = last_token_states(model, tok, [append(persona, x) for x in true + false])
