@@ -8,12 +8,28 @@ The method in five lines:
    over layers; an unconfident token in a word that is new information, or a refusal, triggers retrieval.
 4. Query (3.2.4): the question + the segment with unconfident words masked (CAQ, Eq. 3) or a query the
    model writes to verify the segment (TVQ, Prompt B.1); the segment is regenerated with the passages.
-5. Refusal handling (B.3, Alg. 2/3): a refusal after retrieval rewrites the query (Prompt B.2), retries.
+5. Refusal handling (B.3): a regeneration that refuses is dropped, the query rewritten (Prompt B.2) and
+   searched, and the next segment reads those passages.
 
 Paper: Huanshuo Liu et al., "CtrlA: Adaptive Retrieval-Augmented Generation via Inherent Control"
 (arXiv 2405.18727; read here in its anonymous ICLR 2025 submission). Official code: HSLiu-Initial/CtrlA.
 
 Follows the paper's intent and the official code's concrete values (shared/specs/ctrla.md).
+Follows the official code where it differs from the paper in:
+- the score (Eq. 2): the paper's m_kl = r_kl . v_l, scaled over the tokens so far ([m_0 .. m_k],
+  causal), during generation; here, as official, m_kl = sign_l * (h_kl - mu_l) . d_l, centred on mu_l,
+  the mean of the training pairs' differences (not of any states), with sign_l the side the positive
+  prompts fall on, computed in a separate unsteered pass after the segment is generated, and the
+  outlier clamp's median and std are taken over the whole prompt + segment (later tokens included);
+  the official scale's further steps keep signs, so only the clamp is computed (judge);
+- refusal handling (App. B.3) is the official adaptive_retrieve loop, not Alg. 2: a regenerated
+  segment that refuses is dropped; the trigger's own queries (never an earlier rewrite) are rewritten
+  and searched; the next segment is generated with those passages and monitored like any other, so a
+  refusal there is a new trigger (TVQ again); the 6th refused regeneration of a question searches with
+  the bare question, the 7th ends the answer (Alg. 2: up to K rewrites and regenerations per segment,
+  then one without passages);
+- `retrievals` is the official retrieve_count, the triggers acted on, as the paper's retrieval
+  frequencies count them; the trace's `search_rounds` counts every search, those after refusals too.
 Differs from the official code in:
 - the statements the features are read from are the project's own (data/ctrla_honesty.csv: 347 true
   science facts; data/ctrla_confidence.csv: 540 confident or hedging statements on 27 topics), none
@@ -38,8 +54,12 @@ Differs from the official code in:
   space ("[/INST] The", as official), after none where the template ends in a newline; Prompts B.1 /
   B.2 have the instruction as the system turn and 5 exemplars (the paper's two, three of ours) as chat
   turns, decoded greedily, the reply's first line without a "Query:" label or quotes taken as the query
-  (official: one [INST] block, 6 exemplars, 5 beams, the raw output for PopQA / TriviaQA / ASQA); a
-  rewrite that repeats the query ends the rewrites (greedy: it would bring the same refusal back);
+  (official: one [INST] block, 6 exemplars, 5 beams, the raw output for PopQA / TriviaQA / ASQA);
+- the TVQ and rewrite instructions are the paper's wording (Prompts B.1 / B.2), not the official
+  retrieval.py's: its TVQ instruction has five guidelines, the 3rd saying that an answer like "I don't
+  have information" or "is not specified" makes the question itself the query (an exemplar shows it),
+  which B.1 leaves out, so a refused segment's TVQ here is what the model makes of the refusal; its
+  rewrite instruction asks for a query "for search engine and dense retriever";
 - multi-hop QA (no official code): DRAGIN's CoT exemplars as shipped for SeaKR, 4-shot, stop at
   "the answer is" or 128 tokens; the top 3 passages in total (paper C.5), taken rank by rank across
   [question, TVQ query]; FreshQA does not retrieve before generating (as Alg. 1 / 3; official does);
@@ -57,8 +77,9 @@ Differs from the official code in:
   CAQ query (official: " ");
 - the refusal detector is the official phrase list plus "I don't know" / "I'm not sure" (official:
   not caught);
-- refusal handling follows Alg. 2: up to K = 3 rewrites per segment, then the segment is regenerated
-  without passages (official: no fallback after the rewrites, and it rewrites the question too);
+- a rewrite after a refusal keeps the question as the first query and rewrites the generated one
+  (official: rewrites the question too; Alg. 2 line 5 rewrites the generated query only); the 7th
+  refusal ends the answer at once (official: one more rewrite and search first, which nothing reads);
   regenerated segments use no repetition penalty (official: 1.1, silently);
 - an empty answer stays empty (official: a retrieval answer + a steered answer, concatenated);
 - feature extraction uses correct position ids under left padding; steered generation keeps BOS.
@@ -105,8 +126,8 @@ QUERY_TOKENS = 64       # new tokens of a TVQ / rewritten query [official]
 DOCS_PER_QUERY = 4      # BM25 passages for each of [question, TVQ query] [official retrieve]
 DOCS_SINGLE = 5         # passages for a single (CAQ) query [official ndocs]
 DOCS_MULTIHOP = 3       # passages in total on multi-hop QA, whatever the queries [paper C.5]
-ATTEMPTS = 3            # K, query rewrites per refused segment [paper Alg. 2 names K; value ours]
-MAX_RETRIES = 6         # refusal retries per question before the answer ends [official]
+MAX_REFUSALS = 6        # refused regenerations per question; the 7th ends the answer [official rt - rc <= 6]
+BARE_QUESTION_AT = 6    # the 6th refusal searches with the bare question [official rt - rc == 5]
 ANSWER_TOKENS = {"asqa": 130, "bio": 300, "multihop": 128}  # [official run.sh; multi-hop: ours]
 DEFAULT_TOKENS = 1024   # PopQA / TriviaQA / FreshQA answer budget [official run.sh]
 N_SHOT = 4              # CoT exemplars on multi-hop QA [ours; DRAGIN's exemplars, shared with SeaKR]
@@ -343,7 +364,8 @@ def decoder_index(key: int, n_layers: int) -> int:
 
 
 def token_scores(states, directions, signs, means) -> torch.Tensor:
-    """m~_k = mean over the layers of sign_l * (h_kl - mu_l) . d_l (Eq. 2); states [K, T, d]."""
+    """m~_k = mean over the layers of sign_l * (h_kl - mu_l) . d_l; states [K, T, d]. Eq. 2 as the
+    official code computes it (the paper: r_kl . v_l, neither centred nor signed)."""
     proj = ((states.float() - means[:, None]) * directions[:, None]).sum(-1)
     return (proj * signs[:, None]).mean(0)
 
@@ -674,7 +696,9 @@ def threshold(s: Settings, feats: dict, keys) -> float:
 
 def judge(raw, spans, text: str, start: int, question: str, previous, tau: float) -> dict:
     """Eq. 2 and the trigger on the raw scores m~ of prompt + segment (segment from char `start`):
-    outliers clamped over the whole sequence but its first token (BOS), then score - tau < 0."""
+    outliers clamped over the whole sequence but its first token (BOS), then score - tau < 0. As
+    official, the clamp's statistics include the prompt and the segment's later tokens (the paper's
+    scale([m~_0 .. m~_k]) is causal)."""
     scores = torch.cat([raw[:1], clamp_outliers(raw[1:])]) - tau
     unconf = [False] + unconfident(scores[1:], 0.0).tolist()
     mine = [i for i, (a, b) in enumerate(spans) if b > start and b > a]
@@ -743,42 +767,42 @@ def write_query(run: Run, prompt: tuple, *fields: str) -> str:
     return clean_query(g.text)
 
 
-def retrieve_and_regenerate(run: Run, task, question, gen, seg, flagged, step) -> tuple:
-    """Alg. 3 lines 7-14 with Alg. 2: query, retrieve, regenerate the segment with the passages; while
-    it refuses, rewrite the query and retry, at most K times; then answer from own knowledge.
-    Returns (segment, whether the answer ended, passages kept in context, retrievals)."""
+def formulate(run: Run, question: str, seg: str, flagged) -> list[str]:
+    """f_q (3.2.4): CAQ, the question + the segment without its flagged words (Eq. 3), or [question,
+    a query the model writes to verify the segment (TVQ, Prompt B.1)], the official runs' setting."""
     if run.s.query == "caq":
-        queries = [caq_query(question, seg, flagged)]
-    else:  # [question, TVQ query], the official runs' setting
-        queries = [question, write_query(run, TVQ, question, seg) or question]
-    step["rounds"] = []
-    for attempt in range(ATTEMPTS + 1):
-        if attempt:  # Alg. 2 line 5: f_QR on the generated query; the question itself stays
-            rewritten = [q if q == question else write_query(run, REWRITE, question, q) or question
-                         for q in queries]
-            if rewritten == queries:  # greedy decoding: the same query can only bring the same refusal
-                break
-            queries = rewritten
-        docs = search(run, queries, task)
-        new, done = next_segment(run, build_prompt(run.tok, task, question, docs, gen, run.s.honesty_prompt))
-        step["rounds"].append({"queries": queries, "segment": new,
-                               "passages": [{"id": d["id"], "title": d["title"]} for d in docs]})
-        if not is_refusal(new):
-            return new, done, docs, attempt + 1
-    # Alg. 2 lines 14-15: still refusing after the rewrites, the model answers from its own knowledge
-    new, done = next_segment(run, build_prompt(run.tok, task, question, (), gen, run.s.honesty_prompt))
-    step["own_knowledge"] = new
-    return new, done, [], len(step["rounds"])
+        return [caq_query(question, seg, flagged)]
+    return [question, write_query(run, TVQ, question, seg) or question]
+
+
+def rewrite(run: Run, question: str, queries: list[str], refusals: int) -> list[str]:
+    """f_QR after a question's n-th refused regeneration [official adaptive_retrieve]: each of the
+    trigger's own queries rewritten (Prompt B.2), the question itself kept (Alg. 2 line 5 rewrites the
+    generated query only); the 6th refusal searches with the bare question [official]."""
+    if refusals == BARE_QUESTION_AT:
+        return [question]
+    return [q if q == question else write_query(run, REWRITE, question, q) or question for q in queries]
+
+
+def search_round(run: Run, queries: list[str], task: str, step: dict) -> list[dict]:
+    """One search, recorded in the step's trace."""
+    docs = search(run, queries, task)
+    step.setdefault("rounds", []).append(
+        {"queries": queries, "passages": [{"id": d["id"], "title": d["title"]} for d in docs]})
+    return docs
 
 
 def solve(run: Run, rec: dict) -> dict:
-    """CtrlA inference for one question (Alg. 3): steered segments, monitored; retrieval on a trigger."""
+    """CtrlA inference for one question (Alg. 3, as the official adaptive_retrieve runs it): steered
+    segments, each monitored; a trigger formulates a query, retrieves and regenerates the segment with
+    the passages. A refused regeneration (B.3) is dropped, the trigger's queries are rewritten and
+    searched, and the next segment is generated with those passages and monitored like any other."""
     s, tok, question, kind = run.s, run.tok, rec["question"], rec.get("dataset")
     task = task_of(s.task or kind)
     budget = s.answer_tokens or ANSWER_TOKENS.get("multihop" if task in MULTIHOP else task, DEFAULT_TOKENS)
     run.calls, run.cache = 0, None
-    gen, docs, steps, retrievals, retries = [], [], [], 0, 0
-    while len(tok(" ".join(gen), add_special_tokens=False)["input_ids"]) < budget and retries <= MAX_RETRIES:
+    gen, docs, steps, triggers, refusals = [], [], [], 0, 0
+    while len(tok(" ".join(gen), add_special_tokens=False)["input_ids"]) < budget and refusals <= MAX_REFUSALS:
         prompt = build_prompt(tok, task, question, docs, gen, s.honesty_prompt)
         seg, done = next_segment(run, prompt)
         if not seg or seg in gen[-2:]:  # nothing more to say, or a repetition [official]
@@ -793,20 +817,32 @@ def solve(run: Run, rec: dict) -> dict:
             step["trigger"] = ("always" if s.always else "confidence" if m["flagged"]
                                else "refusal" if is_refusal(seg) else None)
             if step["trigger"] and s.act:
-                seg, done, docs, n = retrieve_and_regenerate(run, task, question, gen, seg, m["flagged"],
-                                                             step)
-                retrievals, retries = retrievals + n, retries + n - 1
-                step["accepted"] = seg
+                triggers += 1       # the official retrieve_count
+                queries = formulate(run, question, seg, m["flagged"])
+                docs = search_round(run, queries, task, step)
+                # Alg. 3 line 8: regenerate the segment with the passages; not monitored [official]
+                seg, done = next_segment(run, build_prompt(tok, task, question, docs, gen, s.honesty_prompt))
+                step["rounds"][-1]["segment"] = seg
                 if not seg or seg in gen[-2:]:
                     break
+                if is_refusal(seg):  # f_d: the regeneration is dropped [official]
+                    refusals += 1
+                    step["refusal"] = refusals
+                    if refusals > MAX_REFUSALS:
+                        break       # official: one more rewrite and search, whose passages nothing reads
+                    docs = search_round(run, rewrite(run, question, queries, refusals), task, step)
+                    continue        # the next segment reads these passages and is monitored
+                step["accepted"] = seg
         gen.append(seg)
         if done or (task in MULTIHOP and _ANSWER_IS.search(seg)):
             break
         if kind == "popqa":  # official --continue_gen_without_contents (PopQA runs only)
             docs = []
     text = " ".join(gen)
-    return {"prediction": extract_answer(text) if task in MULTIHOP else text, "retrievals": retrievals,
-            "model_calls": run.calls, "trace": {"task": task, "answer": text, "segments": steps}}
+    rounds = sum(len(g.get("rounds", ())) for g in steps)
+    return {"prediction": extract_answer(text) if task in MULTIHOP else text, "retrievals": triggers,
+            "model_calls": run.calls, "trace": {"task": task, "answer": text, "search_rounds": rounds,
+                                                "refusals": refusals, "segments": steps}}
 
 
 # ----------------------------------------------------------------------------------------------

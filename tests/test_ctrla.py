@@ -517,12 +517,20 @@ def test_accepted_sentences_extend_the_prompt_by_their_own_tokens(kind, sp_tok, 
 
 
 def test_docstring_states_the_divergences():
-    """The "Differs from the official code in:" list names what this file does differently."""
-    differs = ctrla.__doc__.split("Differs from the official code in:")[1]
+    """The "Differs from the official code in:" list names what this file does differently, and the list
+    before it where the official code, which this file follows, differs from the paper."""
+    follows, differs = ctrla.__doc__.split("Follows the official code where it differs from the paper in:")[1] \
+        .split("Differs from the official code in:")
+    for phrase in ["Eq. 2", "centred on mu_l", "sign_l", "whole prompt + segment", "causal",
+                   "not Alg. 2", "bare question", "retrieve_count", "search_rounds"]:
+        assert phrase in " ".join(follows.split()), phrase
+    for phrase in ["Prompts B.1 / B.2", "the 3rd saying"]:
+        assert phrase in " ".join(differs.split()), phrase
     for phrase in ["BM25 everywhere", "open_retriever", "BGE", "Serper", "top 3 passages in total",
                    "data/ctrla_stop_words.txt", "official phrase list", "resumes from the token ids",
                    "none of the official eval_data/facts_true_false.csv", "--honesty-data FILE --confidence-data FILE",
-                   "cut from the token ids of persona + statement"]:
+                   "cut from the token ids of persona + statement", "keeps the question as the first query",
+                   "7th refusal ends the answer"]:
         assert phrase in " ".join(differs.split()), phrase
 
 
@@ -601,3 +609,100 @@ def test_bad_statement_file_is_one_error_before_the_model(tmp_path, monkeypatch)
             path.write_text(text)
         with pytest.raises(common.InputError, match=f"facts.csv: .*{says}"):
             ctrla.main(["--honesty-data", str(path), "--output", str(tmp_path / "out.jsonl")])
+
+
+# ---------------------------------------------------------------- refusal handling, on a scripted model
+
+class Echo:
+    """A retriever that returns one passage naming its query, and records every query."""
+    def __init__(self):
+        self.queries = []
+
+    def search(self, query, k):
+        self.queries.append(query)
+        return [{"id": query, "title": query, "text": f"Passage for {query}."}]
+
+
+def scripted(monkeypatch, segments, unsure=(), rewrite=lambda q: "rw: " + q, query="tvq"):
+    """A Run whose model is a script: next_segment returns `segments` in turn (recording each prompt),
+    monitor flags the last word of the segments in `unsure` and records the segments it sees, TVQ
+    writes "tvq: <segment>" and the rewrite `rewrite(reference query)`. Returns (run, log)."""
+    log = {"prompts": [], "monitored": [], "rewritten": []}
+    todo = list(segments)
+
+    def next_segment(run, prompt):
+        log["prompts"].append(prompt)
+        return (todo.pop(0) if todo else ""), False
+
+    def monitor(run, text, start, question, previous):
+        seg = text[start:]
+        log["monitored"].append(seg)
+        return {"tokens": [], "scores": [], "flagged": [(seg.rfind(" ") + 1, len(seg))] if seg in unsure else []}
+
+    def write_query(run, prompt, question, field):
+        if prompt is ctrla.TVQ:
+            return "tvq: " + field
+        log["rewritten"].append(field)
+        return rewrite(field)
+    for name, f in [("next_segment", next_segment), ("monitor", monitor), ("write_query", write_query)]:
+        monkeypatch.setattr(ctrla, name, f)
+    run = ctrla.Run(None, make_tokenizer(), {}, Echo(), ctrla.Settings(query=query, answer_tokens=1000))
+    return run, log
+
+
+def test_a_refused_regeneration_is_dropped_rewritten_from_its_trigger_and_the_next_segment_monitored(monkeypatch):
+    """Official adaptive_retrieve: the refused regeneration is dropped; the trigger's [question, TVQ] is
+    rewritten (never an earlier rewrite) and searched; the next segment reads those passages and is
+    monitored like any other (here it refuses: a new trigger). `retrievals` counts the triggers."""
+    q = "What is Henry Feilden's occupation?"
+    segments = ["Henry Feilden is a politician.",            # monitored: unconfident -> trigger 1
+                "His occupation is not specified.",           # regenerated: refusal 1 -> rewrite
+                "The text does not mention it.",              # monitored: a refusal -> trigger 2
+                "I do not know.",                             # regenerated: refusal 2 -> rewrite
+                "He was a British Conservative politician."]  # monitored: confident -> accepted
+    run, log = scripted(monkeypatch, segments, unsure={segments[0]})
+    res = ctrla.solve(run, {"id": "q", "question": q, "answers": ["politician"], "dataset": "triviaqa"})
+    assert res["prediction"] == "He was a British Conservative politician."
+    assert log["monitored"] == [segments[0], segments[2], segments[4]]   # regenerations are not monitored
+    tvq1, tvq2 = "tvq: " + segments[0], "tvq: " + segments[2]
+    assert log["rewritten"] == [tvq1, tvq2]                              # each from its trigger's TVQ
+    assert run.bm25.queries == [q, tvq1, q, "rw: " + tvq1, q, tvq2, q, "rw: " + tvq2]
+    # the segments after a rewrite read its passages, never a prompt without passages
+    assert "Passage for rw: " + tvq1 in log["prompts"][2] and "Passage for rw: " + tvq2 in log["prompts"][4]
+    assert res["retrievals"] == 2 and res["trace"]["search_rounds"] == 4 and res["trace"]["refusals"] == 2
+    first, second, third = res["trace"]["segments"]
+    assert first["trigger"] == "confidence" and first["refusal"] == 1 and "accepted" not in first
+    assert [r["queries"] for r in first["rounds"]] == [[q, tvq1], [q, "rw: " + tvq1]]
+    assert first["rounds"][0]["segment"] == segments[1]
+    assert second["trigger"] == "refusal" and second["refusal"] == 2 and third["trigger"] is None
+
+
+def test_the_sixth_refusal_searches_the_bare_question_and_the_seventh_ends_the_answer(monkeypatch):
+    """Every segment refuses: 7 triggers, 7 refused regenerations counted one by one; rewrites after
+    refusals 1-5, the bare question after the 6th, and the 7th ends the answer [official rt - rc]."""
+    q = "Who wrote it?"
+    segments = [f"I do not know part {i}{'b' if regen else ''}." for i in range(1, 9) for regen in (0, 1)]
+    run, log = scripted(monkeypatch, segments)
+    res = ctrla.solve(run, {"id": "q", "question": q, "answers": ["x"], "dataset": "triviaqa"})
+    assert res["prediction"] == "" and len(log["prompts"]) == 14     # 7 segments and 7 regenerations
+    tvq = [f"tvq: I do not know part {i}." for i in range(1, 8)]
+    want = []
+    for i in range(7):
+        want += [q, tvq[i]] + ([q, "rw: " + tvq[i]] if i < 5 else [q] if i == 5 else [])
+    assert run.bm25.queries == want
+    assert log["rewritten"] == tvq[:5]
+    assert res["retrievals"] == 7 and res["trace"]["refusals"] == 7 and res["trace"]["search_rounds"] == 13
+    assert [g["refusal"] for g in res["trace"]["segments"]] == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_a_rewrite_that_repeats_the_query_still_counts_its_refusal(monkeypatch):
+    """CAQ: the rewrite of the one query [question + masked segment] gives the same query back; it is
+    searched again and the refusal counted (no early stop that leaves it uncounted)."""
+    q = "Where is the tower?"
+    segments = ["It stands in Lyon.", "The city is unknown.", "It stands in Paris.", ""]
+    run, log = scripted(monkeypatch, segments, unsure={segments[0]}, rewrite=lambda x: x, query="caq")
+    res = ctrla.solve(run, {"id": "q", "question": q, "answers": ["Paris"], "dataset": "triviaqa"})
+    caq = q + " It stands in"          # "Lyon." flagged and masked (Eq. 3)
+    assert run.bm25.queries == [caq, caq] and log["rewritten"] == [caq]
+    assert res["prediction"] == "It stands in Paris." and res["trace"]["refusals"] == 1
+    assert res["retrievals"] == 1 and res["trace"]["search_rounds"] == 2
