@@ -851,7 +851,8 @@ def solve(run: Run, rec: dict) -> dict:
 def run_name(args, s: Settings) -> str:
     """The output file's method part, so that runs with other settings never resume each other."""
     parts = ["ctrla", "honp" if s.honesty_prompt else f"lam{s.lam:g}" if s.lam != LAMBDA else ""]
-    for flag, value in (("hon", getattr(args, "honesty_data", None)), ("conf", getattr(args, "confidence_data", None))):
+    for flag, key in (("hon", "honesty_data"), ("conf", "confidence_data")):
+        value = getattr(args, key, None)
         parts.append(f"{flag}-{Path(value).stem}" if value else "")
     if not s.retrieve:
         parts.append("noret")

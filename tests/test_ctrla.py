@@ -1,4 +1,5 @@
-"""CtrlA: the math on hand-made tensors; hooks, monitoring and the loop on tiny random models."""
+"""CtrlA: the math on hand-made tensors; hooks, monitoring and the loop on tiny random models; refusal
+handling on a scripted model."""
 import argparse
 import copy
 import itertools
@@ -528,7 +529,8 @@ def test_docstring_states_the_divergences():
         assert phrase in " ".join(differs.split()), phrase
     for phrase in ["BM25 everywhere", "open_retriever", "BGE", "Serper", "top 3 passages in total",
                    "data/ctrla_stop_words.txt", "official phrase list", "resumes from the token ids",
-                   "none of the official eval_data/facts_true_false.csv", "--honesty-data FILE --confidence-data FILE",
+                   "none of the official eval_data/facts_true_false.csv",
+                   "--honesty-data FILE --confidence-data FILE",
                    "cut from the token ids of persona + statement", "keeps the question as the first query",
                    "7th refusal ends the answer"]:
         assert phrase in " ".join(differs.split()), phrase
@@ -582,14 +584,16 @@ def test_official_statement_files_give_the_features(tmp_path, tiny, monkeypatch)
     want, _, used = ctrla.contrast_pairs(tok, true, ctrla.PERSONAS["honesty"], n_pairs=40)
     assert used == 2 and len(want) == 80
     seen, real = [], ctrla.last_token_states
-    monkeypatch.setattr(ctrla, "last_token_states", lambda m, t, prompts, **kw: seen.append(prompts) or real(m, t, prompts))
+    monkeypatch.setattr(ctrla, "last_token_states",
+                        lambda m, t, prompts, **kw: seen.append(prompts) or real(m, t, prompts))
     feats = ctrla.features(model, tok, "honesty", n_pairs=40, file=facts)
     assert seen == [want] and feats["statements_used"] == 2 and "center" not in feats
     ours = ctrla.read_statements(ctrla.CONFIDENCE_FILE)
     c = ctrla.features(model, tok, "confidence", n_pairs=8, file=conf)
     assert torch.equal(c["center"], ctrla.style_center(model, tok, c, ours))
     # held-out statements of one style only: no calibration (main then asks for --tau), never tau = 0
-    assert "center" not in ctrla.features(model, tok, "confidence", n_pairs=8, rows=STATEMENTS[:1] + STATEMENTS[2:3])
+    one_style = [STATEMENTS[0], STATEMENTS[2]]
+    assert "center" not in ctrla.features(model, tok, "confidence", n_pairs=8, rows=one_style)
     # the cache: one file per pair of statement files
     monkeypatch.setattr(common, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(ctrla, "features", lambda m, t, kind, n, rows: {"rows": [r["statement"] for r in rows]})
