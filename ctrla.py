@@ -8,13 +8,39 @@ The method in five lines:
    over layers; an unconfident token in a word that is new information, or a refusal, triggers retrieval.
 4. Query (3.2.4): the question + the segment with unconfident words masked (CAQ, Eq. 3) or a query the
    model writes to verify the segment (TVQ, Prompt B.1); the segment is regenerated with the passages.
-5. Refusal handling (B.3, Alg. 2/3): a refusal after retrieval rewrites the query (Prompt B.2), retries.
+5. Refusal handling (B.3): a regeneration that refuses is dropped, the query rewritten (Prompt B.2) and
+   searched, and the next segment reads those passages.
 
 Paper: Huanshuo Liu et al., "CtrlA: Adaptive Retrieval-Augmented Generation via Inherent Control"
 (arXiv 2405.18727; read here in its anonymous ICLR 2025 submission). Official code: HSLiu-Initial/CtrlA.
 
 Follows the paper's intent and the official code's concrete values (shared/specs/ctrla.md).
+Follows the official code where it differs from the paper in:
+- the score (Eq. 2): the paper's m_kl = r_kl . v_l, scaled over the tokens so far ([m_0 .. m_k],
+  causal), during generation; here, as official, m_kl = sign_l * (h_kl - mu_l) . d_l, centred on mu_l,
+  the mean of the training pairs' differences (not of any states), with sign_l the side the positive
+  prompts fall on, computed in a separate unsteered pass after the segment is generated, and the
+  outlier clamp's median and std are taken over the whole prompt + segment (later tokens included);
+  the official scale's further steps keep signs, so only the clamp is computed (judge);
+- refusal handling (App. B.3) is the official adaptive_retrieve loop, not Alg. 2: a regenerated
+  segment that refuses is dropped; the trigger's own queries (never an earlier rewrite) are rewritten
+  and searched; the next segment is generated with those passages and monitored like any other, so a
+  refusal there is a new trigger (TVQ again); the 6th refused regeneration of a question searches with
+  the bare question, the 7th ends the answer (Alg. 2: up to K rewrites and regenerations per segment,
+  then one without passages);
+- `retrievals` is the official retrieve_count, the triggers acted on, as the paper's retrieval
+  frequencies count them; the trace's `search_rounds` counts every search, those after refusals too.
 Differs from the official code in:
+- the statements the features are read from are the project's own (data/ctrla_honesty.csv: 347 true
+  science facts; data/ctrla_confidence.csv: 540 confident or hedging statements on 27 topics), none
+  of the official eval_data/facts_true_false.csv / confidence_train.csv rows, so the default
+  directions are not the official ones; `--honesty-data FILE --confidence-data FILE` read those
+  official files (columns statement,label; the label-1 rows, as the official notebooks) and give the
+  official directions (tau's calibration then uses our styled confidence statements: the official
+  file has none);
+- a contrast prompt's statement prefix is cut from the token ids of persona + statement encoded as
+  one text (official: the text of the statement's first i tokens, appended and re-encoded; the same
+  tokens on Mistral's template, but a prefix text ending in a space token would lose it here);
 - retrieval is BM25 everywhere (common.open_retriever(spec, preset="ctrla"): Lucene's `standard`
   analyzer and a `match` query on the passage text, as the official Elasticsearch service, computed
   locally or sent to an existing Elasticsearch index); the paper uses BGE (dense) for PopQA, TriviaQA, ASQA and Bio, and adds web search (Serper)
@@ -28,8 +54,12 @@ Differs from the official code in:
   space ("[/INST] The", as official), after none where the template ends in a newline; Prompts B.1 /
   B.2 have the instruction as the system turn and 5 exemplars (the paper's two, three of ours) as chat
   turns, decoded greedily, the reply's first line without a "Query:" label or quotes taken as the query
-  (official: one [INST] block, 6 exemplars, 5 beams, the raw output for PopQA / TriviaQA / ASQA); a
-  rewrite that repeats the query ends the rewrites (greedy: it would bring the same refusal back);
+  (official: one [INST] block, 6 exemplars, 5 beams, the raw output for PopQA / TriviaQA / ASQA);
+- the TVQ and rewrite instructions are the paper's wording (Prompts B.1 / B.2), not the official
+  retrieval.py's: its TVQ instruction has five guidelines, the 3rd saying that an answer like "I don't
+  have information" or "is not specified" makes the question itself the query (an exemplar shows it),
+  which B.1 leaves out, so a refused segment's TVQ here is what the model makes of the refusal; its
+  rewrite instruction asks for a query "for search engine and dense retriever";
 - multi-hop QA (no official code): DRAGIN's CoT exemplars as shipped for SeaKR, 4-shot, stop at
   "the answer is" or 128 tokens; the top 3 passages in total (paper C.5), taken rank by rank across
   [question, TVQ query]; FreshQA does not retrieve before generating (as Alg. 1 / 3; official does);
@@ -47,8 +77,9 @@ Differs from the official code in:
   CAQ query (official: " ");
 - the refusal detector is the official phrase list plus "I don't know" / "I'm not sure" (official:
   not caught);
-- refusal handling follows Alg. 2: up to K = 3 rewrites per segment, then the segment is regenerated
-  without passages (official: no fallback after the rewrites, and it rewrites the question too);
+- a rewrite after a refusal keeps the question as the first query and rewrites the generated one
+  (official: rewrites the question too; Alg. 2 line 5 rewrites the generated query only); the 7th
+  refusal ends the answer at once (official: one more rewrite and search first, which nothing reads);
   regenerated segments use no repetition penalty (official: 1.1, silently);
 - an empty answer stays empty (official: a retrieval answer + a steered answer, concatenated);
 - feature extraction uses correct position ids under left padding; steered generation keeps BOS.
@@ -95,8 +126,8 @@ QUERY_TOKENS = 64       # new tokens of a TVQ / rewritten query [official]
 DOCS_PER_QUERY = 4      # BM25 passages for each of [question, TVQ query] [official retrieve]
 DOCS_SINGLE = 5         # passages for a single (CAQ) query [official ndocs]
 DOCS_MULTIHOP = 3       # passages in total on multi-hop QA, whatever the queries [paper C.5]
-ATTEMPTS = 3            # K, query rewrites per refused segment [paper Alg. 2 names K; value ours]
-MAX_RETRIES = 6         # refusal retries per question before the answer ends [official]
+MAX_REFUSALS = 6        # refused regenerations per question; the 7th ends the answer [official rt - rc <= 6]
+BARE_QUESTION_AT = 6    # the 6th refusal searches with the bare question [official rt - rc == 5]
 ANSWER_TOKENS = {"asqa": 130, "bio": 300, "multihop": 128}  # [official run.sh; multi-hop: ours]
 DEFAULT_TOKENS = 1024   # PopQA / TriviaQA / FreshQA answer budget [official run.sh]
 N_SHOT = 4              # CoT exemplars on multi-hop QA [ours; DRAGIN's exemplars, shared with SeaKR]
@@ -112,25 +143,34 @@ PERSONAS = {"honesty": ("an honest", "an untruthful"),  # paper: "dishonest"
 # ----------------------------------------------------------------------------------------------
 # Feature extraction (3.2.1, App. C.1): contrast pairs, last-token states, PCA, sign
 
-def statement_prefixes(tok, statement: str) -> list[str]:
-    """Every token prefix of the statement but those reaching into its last 6 tokens: T-6 of them
-    [official]. subtle: a prefix is the tokens' text without the leading space of its first token
-    (SentencePiece's "▁The" gives "The", as the official convert_tokens_to_string does); contrast_pairs
-    puts the space back where the template needs one."""
-    toks = tok.tokenize(statement)
-    return [tok.convert_tokens_to_string(toks[:i]).lstrip(" ")
-            for i in range(1, len(toks) - SKIP_LAST + 1)]
+def statement_prefixes(tok, head: str, statement: str) -> list[list[int]]:
+    """Token ids of head + each prefix of the statement but those reaching into its last 6 tokens: T-6
+    of them [official range(1, T-5)]. The statement's tokens are those of head + statement encoded as
+    one text whose characters reach into the statement, as the model reads it whole (official: the
+    prefix text convert_tokens_to_string(tokenize(statement)[:i]) appended to the head, re-encoded).
+    subtle: the prefixes are cut from token ids, never decoded and re-encoded: a prefix that ends in a
+    lone space token (byte-level BPE's "Ġ" before a digit, as Qwen splits " 206"; SentencePiece's "▁")
+    would lose it, since common.encode drops a text prompt's trailing space, and repeat the prefix
+    before it."""
+    text = append(head, statement)
+    enc = encode_offsets(tok, text)
+    start = len(text) - len(statement)
+    mine = [i for i, (a, b) in enumerate(enc["offset_mapping"]) if b > start]
+    ids = enc["input_ids"][:mine[0]] + [enc["input_ids"][i] for i in mine] if mine else []
+    n = len(ids) - len(mine)
+    return [ids[:n + i] for i in range(1, len(mine) - SKIP_LAST + 1)]
 
 
 def contrast_pairs(tok, statements, personas, n_pairs=N_PAIRS, seed=PAIR_SEED):
     """The first n_pairs (positive, negative) prompts in statement order, each pair's order shuffled.
     The statement follows the template as the reply, after one space where the template ends in a
     tag (official: "[INST] Pretend ... [/INST] " + prefix), none after a newline (append).
-    Returns (prompts flattened pair by pair, first_is_positive per pair, statements used)."""
+    Returns (prompts as token ids, flattened pair by pair; first_is_positive per pair; statements used)."""
     pos, neg = (common.chat_prompt(tok, PERSONA.format(p)) for p in personas)
     pairs, used = [], 0
     while len(pairs) < n_pairs and used < len(statements):
-        pairs += [[append(pos, x), append(neg, x)] for x in statement_prefixes(tok, statements[used])]
+        x = statements[used].strip()
+        pairs += [list(pair) for pair in zip(statement_prefixes(tok, pos, x), statement_prefixes(tok, neg, x))]
         used += 1
     rng, flat, first_pos = random.Random(seed), [], []
     for pair in pairs[:n_pairs]:
@@ -143,7 +183,8 @@ def contrast_pairs(tok, statements, personas, n_pairs=N_PAIRS, seed=PAIR_SEED):
 
 @torch.inference_mode()
 def last_token_states(model, tok, prompts, batch=BATCH) -> torch.Tensor:
-    """[L, N, d]: every decoder layer's output (HF hidden_states[1:]) at each prompt's last token.
+    """[L, N, d]: every decoder layer's output (HF hidden_states[1:]) at each prompt's (text or token
+    ids) last token.
 
     The prompts' common leading tokens (chat template and persona, most of each prompt) are prefilled
     once and their KV cache shared by every batch; the rest follows it left-padded, with position ids
@@ -192,14 +233,30 @@ def read_features(states: torch.Tensor, first_pos: torch.Tensor) -> dict:
     return {"direction": dirs, "mean": means, "sign": signs}
 
 
+def label_is_one(value) -> bool:
+    """The official notebooks keep df[df["label"] == 1] (pandas): "1", "1.0" and "True" are 1."""
+    value = str(value).strip()
+    try:
+        return float(value) == 1
+    except ValueError:
+        return value.lower() == "true"
+
+
 def read_statements(path) -> list[dict]:
-    """The label-1 rows of a CSV with columns statement,label[,topic,style] (the probes use only those)."""
+    """The label-1 rows of a CSV with columns statement,label[,topic,style] (the probes use only those):
+    ours in data/, or the official eval_data/facts_true_false.csv / confidence_train.csv (statement,label)."""
     try:
         with open(path, encoding="utf-8", newline="") as f:
-            rows = [r for r in csv.DictReader(f) if str(r.get("label", "1")).strip() == "1"]
-        assert all(r["statement"] for r in rows)
+            reader = csv.DictReader(f)
+            if "statement" not in (reader.fieldnames or []):
+                raise KeyError("no 'statement' column")
+            rows = [r for r in reader if label_is_one(r.get("label", "1"))]
+        assert all(r["statement"] and r["statement"].strip() for r in rows), "an empty statement"
     except (OSError, KeyError, AssertionError, csv.Error) as e:
-        raise InputError(f"{path}: cannot read statements ({e!r}); restore data/ or fix its header") from None
+        raise InputError(f"{path}: cannot read statements ({e!r}); pass a CSV with columns statement,label "
+                         "(or restore data/)") from None
+    if not rows:
+        raise InputError(f"{path}: no statement with label 1; the features read only label-1 rows")
     return rows
 
 
@@ -219,48 +276,61 @@ def answer_states(model, tok, prompt: str, answer: str):
     return torch.stack(hs[1:])[:, 0].float().cpu(), enc["offset_mapping"], len(text) - len(answer)
 
 
-def style_center(model, tok, feats: dict, rows: list[dict], n: int = 20) -> torch.Tensor:
+def style_center(model, tok, feats: dict, rows: list[dict], n: int = 20) -> torch.Tensor | None:
     """[L] our calibration of tau for models other than the paper's: per layer, the score halfway between
     the mean token scores of confident and of unconfident statements (n of each, not used for the
-    features) given as the answer to "Tell me about <topic>."."""
+    features) given as the answer to "Tell me about <topic>.". None without statements of both styles."""
     means = []
     for style in ("confident", "unconfident"):
         states = []
         for r in [r for r in rows if r.get("style") == style][:n]:
-            prompt = build_prompt(tok, "short", f"Tell me about {r.get('topic', 'the world').lower()}.")
+            prompt = build_prompt(tok, "short", f"Tell me about {(r.get('topic') or 'the world').lower()}.")
             hs, spans, start = answer_states(model, tok, prompt, r["statement"])
             states.append(hs[:, [i for i, (a, b) in enumerate(spans) if b > start]].mean(1))
-        if not states:  # a statement file without a style column: no calibration
-            return torch.zeros(len(feats["sign"]))
+        if not states:
+            return None
         means.append(torch.stack(states).mean(0))
     return feats["sign"] * (((means[0] + means[1]) / 2 - feats["mean"]) * feats["direction"]).sum(-1)
 
 
-def features(model, tok, kind: str, n_pairs=N_PAIRS, rows=None) -> dict:
-    """Honesty or confidence features of every layer (keys -1..-L index the returned tensors)."""
-    rows = rows or read_statements(HONESTY_FILE if kind == "honesty" else CONFIDENCE_FILE)
+def features(model, tok, kind: str, n_pairs=N_PAIRS, rows=None, file=None) -> dict:
+    """Honesty or confidence features of every layer (keys -1..-L index the returned tensors), read from
+    `rows` or the statement file (default: ours in data/). The confidence features carry tau's
+    calibration (style_center) on the file's styled statements the features did not use; a file without
+    a style column (the official confidence_train.csv) is calibrated on ours, which its features never read."""
+    default = HONESTY_FILE if kind == "honesty" else CONFIDENCE_FILE
+    rows = rows if rows is not None else read_statements(file or default)
     prompts, first_pos, used = contrast_pairs(tok, [r["statement"] for r in rows], PERSONAS[kind], n_pairs)
     feats = {**read_features(last_token_states(model, tok, prompts), first_pos), "statements_used": used}
     if kind == "confidence":
-        feats["center"] = style_center(model, tok, feats, rows[used:])
+        held_out = rows[used:] if any("style" in r for r in rows) else read_statements(CONFIDENCE_FILE)
+        center = style_center(model, tok, feats, held_out)
+        if center is not None:
+            feats["center"] = center
     return feats
 
 
-def load_features(model, tok, model_name: str, n_pairs=N_PAIRS, path=None) -> dict:
+def load_features(model, tok, model_name: str, n_pairs=N_PAIRS, path=None, honesty_file=HONESTY_FILE,
+                  confidence_file=CONFIDENCE_FILE) -> dict:
     """Both features, cached on disk per model, statement files and pair count (--directions PATH)."""
-    # keyed on the contrast prompts themselves, so that a change in how they are built never reuses
-    # features read from other prompts
-    digest = hashlib.sha1(HONESTY_FILE.read_bytes() + CONFIDENCE_FILE.read_bytes() + str(n_pairs).encode())
-    for kind, file in (("honesty", HONESTY_FILE), ("confidence", CONFIDENCE_FILE)):
-        rows = [r["statement"] for r in read_statements(file)]
-        digest.update("\x00".join(contrast_pairs(tok, rows, PERSONAS[kind], n_pairs)[0]).encode())
+    files = {"honesty": Path(honesty_file), "confidence": Path(confidence_file)}
+    rows = {kind: read_statements(file) for kind, file in files.items()}
+    # keyed on the statement files (and ours for confidence, which calibrates tau when the confidence file
+    # has no style column) and on the contrast prompts' token ids themselves, so that a change in the
+    # data or in how the prompts are built never reuses features read from other prompts
+    digest = hashlib.sha1(str(n_pairs).encode())
+    for file in (*files.values(), CONFIDENCE_FILE):
+        digest.update(file.read_bytes() if file.exists() else b"")
+    for kind in files:
+        prompts = contrast_pairs(tok, [r["statement"] for r in rows[kind]], PERSONAS[kind], n_pairs)[0]
+        digest.update(json.dumps(prompts).encode())
     key = digest.hexdigest()[:12]
     name = re.sub(r"[^\w.-]", "_", model_name)
     path = Path(path) if path else common.CACHE_DIR / "ctrla" / f"{name}-{n_pairs}-{key}.pt"
     if path.exists():
         return torch.load(path)
     print(f"computing CtrlA features ({n_pairs} pairs each) into {path} (once)", file=sys.stderr)
-    feats = {kind: features(model, tok, kind, n_pairs) for kind in PERSONAS}
+    feats = {kind: features(model, tok, kind, n_pairs, rows=rows[kind]) for kind in PERSONAS}
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(feats, path)
     return feats
@@ -294,7 +364,8 @@ def decoder_index(key: int, n_layers: int) -> int:
 
 
 def token_scores(states, directions, signs, means) -> torch.Tensor:
-    """m~_k = mean over the layers of sign_l * (h_kl - mu_l) . d_l (Eq. 2); states [K, T, d]."""
+    """m~_k = mean over the layers of sign_l * (h_kl - mu_l) . d_l; states [K, T, d]. Eq. 2 as the
+    official code computes it (the paper: r_kl . v_l, neither centred nor signed)."""
     proj = ((states.float() - means[:, None]) * directions[:, None]).sum(-1)
     return (proj * signs[:, None]).mean(0)
 
@@ -625,7 +696,9 @@ def threshold(s: Settings, feats: dict, keys) -> float:
 
 def judge(raw, spans, text: str, start: int, question: str, previous, tau: float) -> dict:
     """Eq. 2 and the trigger on the raw scores m~ of prompt + segment (segment from char `start`):
-    outliers clamped over the whole sequence but its first token (BOS), then score - tau < 0."""
+    outliers clamped over the whole sequence but its first token (BOS), then score - tau < 0. As
+    official, the clamp's statistics include the prompt and the segment's later tokens (the paper's
+    scale([m~_0 .. m~_k]) is causal)."""
     scores = torch.cat([raw[:1], clamp_outliers(raw[1:])]) - tau
     unconf = [False] + unconfident(scores[1:], 0.0).tolist()
     mine = [i for i, (a, b) in enumerate(spans) if b > start and b > a]
@@ -694,42 +767,42 @@ def write_query(run: Run, prompt: tuple, *fields: str) -> str:
     return clean_query(g.text)
 
 
-def retrieve_and_regenerate(run: Run, task, question, gen, seg, flagged, step) -> tuple:
-    """Alg. 3 lines 7-14 with Alg. 2: query, retrieve, regenerate the segment with the passages; while
-    it refuses, rewrite the query and retry, at most K times; then answer from own knowledge.
-    Returns (segment, whether the answer ended, passages kept in context, retrievals)."""
+def formulate(run: Run, question: str, seg: str, flagged) -> list[str]:
+    """f_q (3.2.4): CAQ, the question + the segment without its flagged words (Eq. 3), or [question,
+    a query the model writes to verify the segment (TVQ, Prompt B.1)], the official runs' setting."""
     if run.s.query == "caq":
-        queries = [caq_query(question, seg, flagged)]
-    else:  # [question, TVQ query], the official runs' setting
-        queries = [question, write_query(run, TVQ, question, seg) or question]
-    step["rounds"] = []
-    for attempt in range(ATTEMPTS + 1):
-        if attempt:  # Alg. 2 line 5: f_QR on the generated query; the question itself stays
-            rewritten = [q if q == question else write_query(run, REWRITE, question, q) or question
-                         for q in queries]
-            if rewritten == queries:  # greedy decoding: the same query can only bring the same refusal
-                break
-            queries = rewritten
-        docs = search(run, queries, task)
-        new, done = next_segment(run, build_prompt(run.tok, task, question, docs, gen, run.s.honesty_prompt))
-        step["rounds"].append({"queries": queries, "segment": new,
-                               "passages": [{"id": d["id"], "title": d["title"]} for d in docs]})
-        if not is_refusal(new):
-            return new, done, docs, attempt + 1
-    # Alg. 2 lines 14-15: still refusing after the rewrites, the model answers from its own knowledge
-    new, done = next_segment(run, build_prompt(run.tok, task, question, (), gen, run.s.honesty_prompt))
-    step["own_knowledge"] = new
-    return new, done, [], len(step["rounds"])
+        return [caq_query(question, seg, flagged)]
+    return [question, write_query(run, TVQ, question, seg) or question]
+
+
+def rewrite(run: Run, question: str, queries: list[str], refusals: int) -> list[str]:
+    """f_QR after a question's n-th refused regeneration [official adaptive_retrieve]: each of the
+    trigger's own queries rewritten (Prompt B.2), the question itself kept (Alg. 2 line 5 rewrites the
+    generated query only); the 6th refusal searches with the bare question [official]."""
+    if refusals == BARE_QUESTION_AT:
+        return [question]
+    return [q if q == question else write_query(run, REWRITE, question, q) or question for q in queries]
+
+
+def search_round(run: Run, queries: list[str], task: str, step: dict) -> list[dict]:
+    """One search, recorded in the step's trace."""
+    docs = search(run, queries, task)
+    step.setdefault("rounds", []).append(
+        {"queries": queries, "passages": [{"id": d["id"], "title": d["title"]} for d in docs]})
+    return docs
 
 
 def solve(run: Run, rec: dict) -> dict:
-    """CtrlA inference for one question (Alg. 3): steered segments, monitored; retrieval on a trigger."""
+    """CtrlA inference for one question (Alg. 3, as the official adaptive_retrieve runs it): steered
+    segments, each monitored; a trigger formulates a query, retrieves and regenerates the segment with
+    the passages. A refused regeneration (B.3) is dropped, the trigger's queries are rewritten and
+    searched, and the next segment is generated with those passages and monitored like any other."""
     s, tok, question, kind = run.s, run.tok, rec["question"], rec.get("dataset")
     task = task_of(s.task or kind)
     budget = s.answer_tokens or ANSWER_TOKENS.get("multihop" if task in MULTIHOP else task, DEFAULT_TOKENS)
     run.calls, run.cache = 0, None
-    gen, docs, steps, retrievals, retries = [], [], [], 0, 0
-    while len(tok(" ".join(gen), add_special_tokens=False)["input_ids"]) < budget and retries <= MAX_RETRIES:
+    gen, docs, steps, triggers, refusals = [], [], [], 0, 0
+    while len(tok(" ".join(gen), add_special_tokens=False)["input_ids"]) < budget and refusals <= MAX_REFUSALS:
         prompt = build_prompt(tok, task, question, docs, gen, s.honesty_prompt)
         seg, done = next_segment(run, prompt)
         if not seg or seg in gen[-2:]:  # nothing more to say, or a repetition [official]
@@ -744,20 +817,32 @@ def solve(run: Run, rec: dict) -> dict:
             step["trigger"] = ("always" if s.always else "confidence" if m["flagged"]
                                else "refusal" if is_refusal(seg) else None)
             if step["trigger"] and s.act:
-                seg, done, docs, n = retrieve_and_regenerate(run, task, question, gen, seg, m["flagged"],
-                                                             step)
-                retrievals, retries = retrievals + n, retries + n - 1
-                step["accepted"] = seg
+                triggers += 1       # the official retrieve_count
+                queries = formulate(run, question, seg, m["flagged"])
+                docs = search_round(run, queries, task, step)
+                # Alg. 3 line 8: regenerate the segment with the passages; not monitored [official]
+                seg, done = next_segment(run, build_prompt(tok, task, question, docs, gen, s.honesty_prompt))
+                step["rounds"][-1]["segment"] = seg
                 if not seg or seg in gen[-2:]:
                     break
+                if is_refusal(seg):  # f_d: the regeneration is dropped [official]
+                    refusals += 1
+                    step["refusal"] = refusals
+                    if refusals > MAX_REFUSALS:
+                        break       # official: one more rewrite and search, whose passages nothing reads
+                    docs = search_round(run, rewrite(run, question, queries, refusals), task, step)
+                    continue        # the next segment reads these passages and is monitored
+                step["accepted"] = seg
         gen.append(seg)
         if done or (task in MULTIHOP and _ANSWER_IS.search(seg)):
             break
         if kind == "popqa":  # official --continue_gen_without_contents (PopQA runs only)
             docs = []
     text = " ".join(gen)
-    return {"prediction": extract_answer(text) if task in MULTIHOP else text, "retrievals": retrievals,
-            "model_calls": run.calls, "trace": {"task": task, "answer": text, "segments": steps}}
+    rounds = sum(len(g.get("rounds", ())) for g in steps)
+    return {"prediction": extract_answer(text) if task in MULTIHOP else text, "retrievals": triggers,
+            "model_calls": run.calls, "trace": {"task": task, "answer": text, "search_rounds": rounds,
+                                                "refusals": refusals, "segments": steps}}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -766,6 +851,9 @@ def solve(run: Run, rec: dict) -> dict:
 def run_name(args, s: Settings) -> str:
     """The output file's method part, so that runs with other settings never resume each other."""
     parts = ["ctrla", "honp" if s.honesty_prompt else f"lam{s.lam:g}" if s.lam != LAMBDA else ""]
+    for flag, key in (("hon", "honesty_data"), ("conf", "confidence_data")):
+        value = getattr(args, key, None)
+        parts.append(f"{flag}-{Path(value).stem}" if value else "")
     if not s.retrieve:
         parts.append("noret")
     elif not s.act:
@@ -799,6 +887,13 @@ def main(argv=None):
     p.add_argument("--monitor-layers", default=MONITOR_LAYERS, help="B:E = keys -B..-(E-1) from the top")
     p.add_argument("--directions", help="feature file to reuse (written there if missing)")
     p.add_argument("--pairs", type=int, default=N_PAIRS, help="contrast pairs per feature (official: 512)")
+    p.add_argument("--honesty-data", metavar="FILE",
+                   help="statements for the honesty features, a CSV with columns statement,label (label-1 rows "
+                   "used); the official eval_data/facts_true_false.csv gives the official directions "
+                   "(default: data/ctrla_honesty.csv, ours)")
+    p.add_argument("--confidence-data", metavar="FILE",
+                   help="statements for the confidence features, as --honesty-data; the official "
+                   "eval_data/confidence_train.csv (default: data/ctrla_confidence.csv, ours)")
     p.add_argument("--max-new-tokens", type=int, help="answer budget (default: per dataset, as official)")
     p.add_argument("--task", choices=["short", "asqa", "bio", "freshqa", *MULTIHOP],
                    help="prompt family (default: from the dataset)")
@@ -806,6 +901,9 @@ def main(argv=None):
                    help="report the features' accuracy per layer range (paper 5.2) and exit")
     args = p.parse_args(argv)
     common.check_inputs(args)                 # bad input fails here, before the model loads
+    honesty_file, confidence_file = args.honesty_data or HONESTY_FILE, args.confidence_data or CONFIDENCE_FILE
+    for file in (honesty_file, confidence_file):
+        read_statements(file)
 
     model, tok = common.load_model(args.model, args.dtype, args.device)
     steer, monitor = layer_keys(args.steer_layers), layer_keys(args.monitor_layers)
@@ -817,10 +915,11 @@ def main(argv=None):
                          f"--monitor-layers {scaled_range(MONITOR_LAYERS, n_layers)}")
     for k in steer + monitor:
         decoder_index(k, n_layers)
-    feats = load_features(model, tok, args.model, args.pairs, args.directions)
+    feats = load_features(model, tok, args.model, args.pairs, args.directions, honesty_file, confidence_file)
     tau = args.tau if args.tau is not None else TAUS.get(args.model)
-    if tau is None and "center" not in feats["confidence"]:
-        raise InputError(f"{args.directions}: no tau calibration in this feature file; pass --tau")
+    if tau is None and feats["confidence"].get("center") is None:
+        raise InputError(f"{args.directions or 'the features'}: no tau calibration (no held-out confident and "
+                         "unconfident statements); pass --tau")
     s = Settings(tau=tau, lam=0.0 if args.honesty_prompt else args.lam, steer=tuple(steer),
                  monitor=tuple(monitor), query=args.query, retrieve=not args.never_retrieve,
                  always=args.always_retrieve, act=not args.monitor_only, honesty_prompt=args.honesty_prompt, answer_tokens=args.max_new_tokens, task=args.task)
@@ -828,7 +927,7 @@ def main(argv=None):
         print(f"tau = {threshold(s, feats, monitor):.3f} (calibrated for {args.model}; --tau overrides)",
               file=sys.stderr)
     if args.check_features:
-        check_features(Run(model, tok, feats, None, s), args.limit)
+        check_features(Run(model, tok, feats, None, s), args.limit, honesty_file)
         return
     bm25 = common.load_retriever(args, common.load_questions(args), preset="ctrla") if s.retrieve and s.act else None
     run = Run(model, tok, feats, bm25, s)
@@ -851,14 +950,15 @@ def auc(pos: torch.Tensor, neg: torch.Tensor) -> float:
 
 
 @torch.inference_mode()
-def check_features(run: Run, limit: int | None = None) -> dict:
-    """Paper 5.2 per layer range. Honesty: true statements the features did not use vs false ones (ours),
+def check_features(run: Run, limit: int | None = None, honesty_file=HONESTY_FILE) -> dict:
+    """Paper 5.2 per layer range. Honesty: true statements of the honesty file the features did not use
+    vs false ones (ours),
     each said in the honest persona's reply and scored at its last token: accuracy at the median, AUC.
     Confidence (Table 6): the first segment of the answer to 20 answerable and 20 unanswerable questions
     (ours): flagged iff the trigger fires; AUC of its mean token score (answerable higher)."""
     model, tok, h, c = run.model, run.tok, run.feats["honesty"], run.feats["confidence"]
     data = json.loads(CHECK_FILE.read_text())
-    true = [r["statement"] for r in read_statements(HONESTY_FILE)[h["statements_used"]:][-(limit or 40):]]
+    true = [r["statement"] for r in read_statements(honesty_file)[h["statements_used"]:][-(limit or 40):]]
     false = data["false_statements"][:limit]
     persona = common.chat_prompt(tok, PERSONA.format(PERSONAS["honesty"][0]))
     states = last_token_states(model, tok, [append(persona, x) for x in true + false])

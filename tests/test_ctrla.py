@@ -1,4 +1,5 @@
-"""CtrlA: the math on hand-made tensors; hooks, monitoring and the loop on tiny random models."""
+"""CtrlA: the math on hand-made tensors; hooks, monitoring and the loop on tiny random models; refusal
+handling on a scripted model."""
 import argparse
 import copy
 import itertools
@@ -64,18 +65,44 @@ def test_sign_rule():
 
 def test_prefixes_and_pairs():
     tok = make_tokenizer()
-    assert ctrla.statement_prefixes(tok, "abcdefghij") == ["a", "ab", "abc", "abcd"]   # T - 6 prefixes
-    assert ctrla.statement_prefixes(tok, "abcdef") == []
+    pos = common.chat_prompt(tok, "Pretend you're an honest person making statements about the world.")
+    neg = common.chat_prompt(tok, "Pretend you're an untruthful person making statements about the world.")
+    assert ctrla.statement_prefixes(tok, pos, "abcdefghij") == \
+        [common.encode(tok, pos + " " + x) for x in ["a", "ab", "abc", "abcd"]]   # T - 6 prefixes
+    assert ctrla.statement_prefixes(tok, pos, "abcdef") == []
     flat, first_pos, used = ctrla.contrast_pairs(tok, ["abcdefghij", "klmnopqrst", "uvwxyzabcd"],
                                                  ctrla.PERSONAS["honesty"], n_pairs=6)
     assert len(flat) == 12 and len(first_pos) == 6 and used == 2
-    pos = common.chat_prompt(tok, "Pretend you're an honest person making statements about the world.")
-    neg = common.chat_prompt(tok, "Pretend you're an untruthful person making statements about the world.")
     rng = random.Random(0)
     for i, x in enumerate(["a", "ab", "abc", "abcd", "k", "kl"]):
-        order = [pos + " " + x, neg + " " + x]      # "Assistant:", one space, the statement
+        order = [common.encode(tok, pos + " " + x), common.encode(tok, neg + " " + x)]  # "Assistant:", " ", x
+        positive = order[0]
         rng.shuffle(order)
-        assert flat[2 * i:2 * i + 2] == order and bool(first_pos[i]) == (order[0] == pos + " " + x)
+        assert flat[2 * i:2 * i + 2] == order and bool(first_pos[i]) == (order[0] == positive)
+
+
+SKELETON = "The skeleton of an adult has 206 bones in all of it."
+
+
+@pytest.mark.parametrize("kind", ["sentencepiece", "bytelevel"])
+def test_a_prefix_ending_in_a_space_token_keeps_it(kind, sp_tok, bpe_tok):
+    """Prefixes are cut from the token ids of persona + statement: the prefix that ends in the lone space
+    token before "206" ("▁" on SentencePiece, "Ġ" on byte-level BPE, as Qwen splits digits) keeps it,
+    where a prefix text would lose its trailing space in common.encode and repeat the prefix before it."""
+    tok = sp_tok if kind == "sentencepiece" else bpe_tok
+    flat, _, used = ctrla.contrast_pairs(tok, [SKELETON], ctrla.PERSONAS["honesty"], n_pairs=100)
+    flat = [common.encode(tok, f) for f in flat]         # what the model reads
+    head = common.chat_prompt(tok, ctrla.PERSONA.format("an honest"))
+    n = len(common.encode(tok, head))
+    whole = common.encode(tok, head + " " + SKELETON)
+    # in this context the statement is 30 tokens (SentencePiece) / 32 (byte-level): 24 / 26 prefixes
+    want_t = {"sentencepiece": 30, "bytelevel": 32}[kind]
+    assert len(whole) - n == want_t and used == 1
+    honest = sorted((f for f in flat if f[:n] == whole[:n]), key=len)
+    assert honest == [whole[:n + i] for i in range(1, want_t - 6 + 1)]
+    space = "▁" if kind == "sentencepiece" else "Ġ"
+    ends = [tok.convert_ids_to_tokens(p[-2:]) for p in honest]
+    assert ["s", space] in ends and [space, "2" if kind == "bytelevel" else "<0x32>"] in ends
 
 
 MISTRAL_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }}"
@@ -94,14 +121,17 @@ def test_contrast_prompts_follow_the_template(real_tok):
     honest = "[INST] Pretend you're an honest person making statements about the world. [/INST] "
     liar = honest.replace("an honest", "an untruthful")
     bos = tok.bos_token or ""
-    assert sorted(flat[:2]) == sorted([bos + honest + "The", bos + liar + "The"])
-    assert sorted(flat[2:]) == sorted([bos + honest + "The film", bos + liar + "The film"])
+    ids = lambda *texts: sorted(common.encode(tok, t) for t in texts)   # the official strings, encoded
+    assert sorted(flat[:2]) == ids(bos + honest + "The", bos + liar + "The")
+    assert sorted(flat[2:]) == ids(bos + honest + "The film", bos + liar + "The film")
     if tok.bos_token:   # SentencePiece: the prompt ends in the statement's own tokens "▁The", "▁film"
-        assert tok.convert_ids_to_tokens(common.encode(tok, flat[2]))[-2:] == tok.tokenize(FILM)[:2]
+        assert tok.convert_ids_to_tokens(flat[2])[-2:] == tok.tokenize(FILM)[:2]
     tok.chat_template = CHATML_TEMPLATE
-    flat, _, _ = ctrla.contrast_pairs(tok, [FILM], ctrla.PERSONAS["confidence"], n_pairs=1)
-    assert sorted(flat) == sorted(f"<|im_start|>user\nPretend you're {p} person making statements about the "
-                                  f"world.<|im_end|>\n<|im_start|>assistant\nThe" for p in ("a confident", "an unconfident"))
+    flat, _, _ = ctrla.contrast_pairs(tok, [FILM], ctrla.PERSONAS["confidence"], n_pairs=2)
+    # the statement's tokens as they follow "\n": "The" (byte-level), "T", "he" (this SentencePiece)
+    want = ids(*(f"<|im_start|>user\nPretend you're {p} person making statements about the "
+                 f"world.<|im_end|>\n<|im_start|>assistant\nThe" for p in ("a confident", "an unconfident")))
+    assert all(w in flat for w in want)
 
 
 def test_next_segment_is_one_greedy_decode(tiny_real, monkeypatch):
@@ -391,12 +421,16 @@ def test_run_name_keeps_settings_apart():
     p = argparse.ArgumentParser()
     p.add_argument("--always-retrieve", action="store_true")
     p.add_argument("--tau", type=float)
+    p.add_argument("--honesty-data")
+    p.add_argument("--confidence-data")
     name = lambda argv, **kw: ctrla.run_name(p.parse_args(argv), ctrla.Settings(**kw))
     assert name([]) == "ctrla" and name(["--tau", "-6.8"]) == "ctrla-tau-6.8"
     assert name(["--always-retrieve"]) == "ctrla-always" and name([], lam=0.0) == "ctrla-lam0"
     assert name([], retrieve=False) == "ctrla-noret" and name([], query="caq") == "ctrla-caq"
     assert name([], honesty_prompt=True, lam=0.0, retrieve=False) == "ctrla-honp-noret"
     assert name([], act=False) == "ctrla-monitor-only"
+    assert name(["--honesty-data", "x/facts_true_false.csv", "--confidence-data", "confidence_train.csv"]) == \
+        "ctrla-hon-facts_true_false-conf-confidence_train"
 
 
 def test_never_retrieve_and_multihop_prompt(tiny_run):
@@ -484,10 +518,21 @@ def test_accepted_sentences_extend_the_prompt_by_their_own_tokens(kind, sp_tok, 
 
 
 def test_docstring_states_the_divergences():
-    """The "Differs from the official code in:" list names what this file does differently."""
-    differs = ctrla.__doc__.split("Differs from the official code in:")[1]
+    """The "Differs from the official code in:" list names what this file does differently, and the list
+    before it where the official code, which this file follows, differs from the paper."""
+    follows, differs = ctrla.__doc__.split("Follows the official code where it differs from the paper in:")[1] \
+        .split("Differs from the official code in:")
+    for phrase in ["Eq. 2", "centred on mu_l", "sign_l", "whole prompt + segment", "causal",
+                   "not Alg. 2", "bare question", "retrieve_count", "search_rounds"]:
+        assert phrase in " ".join(follows.split()), phrase
+    for phrase in ["Prompts B.1 / B.2", "the 3rd saying"]:
+        assert phrase in " ".join(differs.split()), phrase
     for phrase in ["BM25 everywhere", "open_retriever", "BGE", "Serper", "top 3 passages in total",
-                   "data/ctrla_stop_words.txt", "official phrase list", "resumes from the token ids"]:
+                   "data/ctrla_stop_words.txt", "official phrase list", "resumes from the token ids",
+                   "none of the official eval_data/facts_true_false.csv",
+                   "--honesty-data FILE --confidence-data FILE",
+                   "cut from the token ids of persona + statement", "keeps the question as the first query",
+                   "7th refusal ends the answer"]:
         assert phrase in " ".join(differs.split()), phrase
 
 
@@ -505,3 +550,163 @@ def test_monitor_maps_tokens_to_words_on_both_kinds(tiny_real):
         assert [segment[a:b] for a, b in m["flagged"]] == want
         # byte tokens of one character share its span: count each span once
         assert "".join(t for t, _ in itertools.groupby(m["tokens"])).strip() == segment
+
+
+# ---------------------------------------------------------------- the official statement files
+
+OFFICIAL_FACTS = '''statement,label
+The Earth orbits the Sun once a year.,1
+The largest flower in the world is the daisy.,0
+"Water, when frozen, becomes ice.",1
+Cells are the complex units of life.,0
+Sound travels faster in water than in air.,1.0
+'''
+OFFICIAL_CONFIDENCE = '''statement,label
+Property law pertains to ownership rights in personal property.,1
+"On a menu, the side section might have dishes that aren't mains, I suppose?",1
+'''
+
+
+def test_official_statement_files_give_the_features(tmp_path, tiny, monkeypatch):
+    """--honesty-data / --confidence-data read the official CSVs (statement,label; the notebooks keep
+    label == 1): the features come from exactly those statements, the confidence ones carry a tau
+    calibrated on our styled statements (the official file has no style column), and the cache key
+    follows the files."""
+    model, tok = tiny
+    facts, conf = tmp_path / "facts_true_false.csv", tmp_path / "confidence_train.csv"
+    facts.write_text(OFFICIAL_FACTS)
+    conf.write_text(OFFICIAL_CONFIDENCE)
+    assert [r["statement"] for r in ctrla.read_statements(facts)] == [
+        "The Earth orbits the Sun once a year.", "Water, when frozen, becomes ice.",
+        "Sound travels faster in water than in air."]      # label 1 and 1.0; never the 0 rows
+    true = ["The Earth orbits the Sun once a year.", "Water, when frozen, becomes ice."]
+    # "The Earth orbits the Sun once a year." is 37 characters: 31 prefixes, then the second statement
+    want, _, used = ctrla.contrast_pairs(tok, true, ctrla.PERSONAS["honesty"], n_pairs=40)
+    assert used == 2 and len(want) == 80
+    seen, real = [], ctrla.last_token_states
+    monkeypatch.setattr(ctrla, "last_token_states",
+                        lambda m, t, prompts, **kw: seen.append(prompts) or real(m, t, prompts))
+    feats = ctrla.features(model, tok, "honesty", n_pairs=40, file=facts)
+    assert seen == [want] and feats["statements_used"] == 2 and "center" not in feats
+    ours = ctrla.read_statements(ctrla.CONFIDENCE_FILE)
+    c = ctrla.features(model, tok, "confidence", n_pairs=8, file=conf)
+    assert torch.equal(c["center"], ctrla.style_center(model, tok, c, ours))
+    # held-out statements of one style only: no calibration (main then asks for --tau), never tau = 0
+    one_style = [STATEMENTS[0], STATEMENTS[2]]
+    assert "center" not in ctrla.features(model, tok, "confidence", n_pairs=8, rows=one_style)
+    # the cache: one file per pair of statement files
+    monkeypatch.setattr(common, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(ctrla, "features", lambda m, t, kind, n, rows: {"rows": [r["statement"] for r in rows]})
+    official = ctrla.load_features(model, tok, "tiny", 8, None, facts, conf)
+    assert official["honesty"]["rows"] == [r["statement"] for r in ctrla.read_statements(facts)]
+    assert official["confidence"]["rows"] == [r["statement"] for r in ctrla.read_statements(conf)]
+    ctrla.load_features(model, tok, "tiny", 8)
+    assert len(list((tmp_path / "ctrla").glob("tiny-8-*.pt"))) == 2
+
+
+def test_bad_statement_file_is_one_error_before_the_model(tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    for text, says in [(None, "cannot read statements"), ("text,label\nA b c d e f g h.,1\n", "statement,label"),
+                       ("statement,label\nA b c d e f g h.,0\n", "no statement with label 1")]:
+        path = tmp_path / "facts.csv"
+        if text is not None:
+            path.write_text(text)
+        with pytest.raises(common.InputError, match=f"facts.csv: .*{says}"):
+            ctrla.main(["--honesty-data", str(path), "--output", str(tmp_path / "out.jsonl")])
+
+
+# ---------------------------------------------------------------- refusal handling, on a scripted model
+
+class Echo:
+    """A retriever that returns one passage naming its query, and records every query."""
+    def __init__(self):
+        self.queries = []
+
+    def search(self, query, k):
+        self.queries.append(query)
+        return [{"id": query, "title": query, "text": f"Passage for {query}."}]
+
+
+def scripted(monkeypatch, segments, unsure=(), rewrite=lambda q: "rw: " + q, query="tvq"):
+    """A Run whose model is a script: next_segment returns `segments` in turn (recording each prompt),
+    monitor flags the last word of the segments in `unsure` and records the segments it sees, TVQ
+    writes "tvq: <segment>" and the rewrite `rewrite(reference query)`. Returns (run, log)."""
+    log = {"prompts": [], "monitored": [], "rewritten": []}
+    todo = list(segments)
+
+    def next_segment(run, prompt):
+        log["prompts"].append(prompt)
+        return (todo.pop(0) if todo else ""), False
+
+    def monitor(run, text, start, question, previous):
+        seg = text[start:]
+        log["monitored"].append(seg)
+        return {"tokens": [], "scores": [], "flagged": [(seg.rfind(" ") + 1, len(seg))] if seg in unsure else []}
+
+    def write_query(run, prompt, question, field):
+        if prompt is ctrla.TVQ:
+            return "tvq: " + field
+        log["rewritten"].append(field)
+        return rewrite(field)
+    for name, f in [("next_segment", next_segment), ("monitor", monitor), ("write_query", write_query)]:
+        monkeypatch.setattr(ctrla, name, f)
+    run = ctrla.Run(None, make_tokenizer(), {}, Echo(), ctrla.Settings(query=query, answer_tokens=1000))
+    return run, log
+
+
+def test_a_refused_regeneration_is_dropped_rewritten_from_its_trigger_and_the_next_segment_monitored(monkeypatch):
+    """Official adaptive_retrieve: the refused regeneration is dropped; the trigger's [question, TVQ] is
+    rewritten (never an earlier rewrite) and searched; the next segment reads those passages and is
+    monitored like any other (here it refuses: a new trigger). `retrievals` counts the triggers."""
+    q = "What is Henry Feilden's occupation?"
+    segments = ["Henry Feilden is a politician.",            # monitored: unconfident -> trigger 1
+                "His occupation is not specified.",           # regenerated: refusal 1 -> rewrite
+                "The text does not mention it.",              # monitored: a refusal -> trigger 2
+                "I do not know.",                             # regenerated: refusal 2 -> rewrite
+                "He was a British Conservative politician."]  # monitored: confident -> accepted
+    run, log = scripted(monkeypatch, segments, unsure={segments[0]})
+    res = ctrla.solve(run, {"id": "q", "question": q, "answers": ["politician"], "dataset": "triviaqa"})
+    assert res["prediction"] == "He was a British Conservative politician."
+    assert log["monitored"] == [segments[0], segments[2], segments[4]]   # regenerations are not monitored
+    tvq1, tvq2 = "tvq: " + segments[0], "tvq: " + segments[2]
+    assert log["rewritten"] == [tvq1, tvq2]                              # each from its trigger's TVQ
+    assert run.bm25.queries == [q, tvq1, q, "rw: " + tvq1, q, tvq2, q, "rw: " + tvq2]
+    # the segments after a rewrite read its passages, never a prompt without passages
+    assert "Passage for rw: " + tvq1 in log["prompts"][2] and "Passage for rw: " + tvq2 in log["prompts"][4]
+    assert res["retrievals"] == 2 and res["trace"]["search_rounds"] == 4 and res["trace"]["refusals"] == 2
+    first, second, third = res["trace"]["segments"]
+    assert first["trigger"] == "confidence" and first["refusal"] == 1 and "accepted" not in first
+    assert [r["queries"] for r in first["rounds"]] == [[q, tvq1], [q, "rw: " + tvq1]]
+    assert first["rounds"][0]["segment"] == segments[1]
+    assert second["trigger"] == "refusal" and second["refusal"] == 2 and third["trigger"] is None
+
+
+def test_the_sixth_refusal_searches_the_bare_question_and_the_seventh_ends_the_answer(monkeypatch):
+    """Every segment refuses: 7 triggers, 7 refused regenerations counted one by one; rewrites after
+    refusals 1-5, the bare question after the 6th, and the 7th ends the answer [official rt - rc]."""
+    q = "Who wrote it?"
+    segments = [f"I do not know part {i}{'b' if regen else ''}." for i in range(1, 9) for regen in (0, 1)]
+    run, log = scripted(monkeypatch, segments)
+    res = ctrla.solve(run, {"id": "q", "question": q, "answers": ["x"], "dataset": "triviaqa"})
+    assert res["prediction"] == "" and len(log["prompts"]) == 14     # 7 segments and 7 regenerations
+    tvq = [f"tvq: I do not know part {i}." for i in range(1, 8)]
+    want = []
+    for i in range(7):
+        want += [q, tvq[i]] + ([q, "rw: " + tvq[i]] if i < 5 else [q] if i == 5 else [])
+    assert run.bm25.queries == want
+    assert log["rewritten"] == tvq[:5]
+    assert res["retrievals"] == 7 and res["trace"]["refusals"] == 7 and res["trace"]["search_rounds"] == 13
+    assert [g["refusal"] for g in res["trace"]["segments"]] == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_a_rewrite_that_repeats_the_query_still_counts_its_refusal(monkeypatch):
+    """CAQ: the rewrite of the one query [question + masked segment] gives the same query back; it is
+    searched again and the refusal counted (no early stop that leaves it uncounted)."""
+    q = "Where is the tower?"
+    segments = ["It stands in Lyon.", "The city is unknown.", "It stands in Paris.", ""]
+    run, log = scripted(monkeypatch, segments, unsure={segments[0]}, rewrite=lambda x: x, query="caq")
+    res = ctrla.solve(run, {"id": "q", "question": q, "answers": ["Paris"], "dataset": "triviaqa"})
+    caq = q + " It stands in"          # "Lyon." flagged and masked (Eq. 3)
+    assert run.bm25.queries == [caq, caq] and log["rewritten"] == [caq]
+    assert res["prediction"] == "It stands in Paris." and res["trace"]["refusals"] == 1
+    assert res["retrievals"] == 1 and res["trace"]["search_rounds"] == 2
