@@ -209,8 +209,9 @@ def test_command_writes_the_page_and_a_malformed_line_is_one_line_error(tmp_path
     assert done.returncode == 0 and out.exists() and out.as_uri() in done.stdout
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(SEAKR) + "\n{not json\n")
-    done = subprocess.run(cmd[:2] + [str(bad), "-o", str(out)], capture_output=True, text=True, cwd=tmp_path)
-    assert done.returncode == 2
+    done = subprocess.run(cmd[:2] + [str(bad), "-o", str(tmp_path / "bad.html")], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert done.returncode == 2 and not (tmp_path / "bad.html").exists()
     assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"error: {bad}:2: not valid JSON")
 
 
