@@ -407,7 +407,8 @@ def ctrla_html(trace: dict, question) -> str:
                        f'<p>Regenerated: <span class="gen">{esc(r.get("segment"))}</span>'
                        + (' <b class="refusal">refusal</b>' if refused else "") + "</p></div>")
         if "own_knowledge" in seg:
-            out.append('<p>Still refusing after the rewrites, answered without passages: '
+            out.append('<p>Still refusing when the rewrites ended (K of them, or one that repeated its query): '
+                       'answered without passages: '
                        f'<span class="gen">{esc(seg["own_knowledge"])}</span></p>')
         if "accepted" in seg:
             out.append(f'<p>Kept: <span class="gen">{esc(seg["accepted"])}</span></p>')
