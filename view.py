@@ -44,12 +44,14 @@ import eval as metrics
 EXPECTED = {
     "SeaKR": ("steps", "passages", "step_answer", "step_score", "read_answer", "read_score", "chosen"),
     "SeaKR, simple QA": ("direct", "retrieved"),
+    "SeaKR --calibrate": ("direct", "score"),
     "CoT": ("chain", "answer"),
     "IRCoT": ("steps", "passages", "answer"),
     "CtrlA": ("task", "answer", "segments"),
     "Rowen": ("mode", "threshold", "initial_answer", "perturbed_questions", "answers", "z", "decision",
               "retrieved", "final_answer"),
 }
+SEAKR_KINDS = ("SeaKR", "SeaKR, simple QA", "SeaKR --calibrate")
 ROW_FIELDS = ("question", "answers", "prediction", "trace")
 KNOWN_FIELDS = ("id", "dataset", "question", "answers", "label", "best_answer", "correct_answers", "incorrect_answers",
                 "prediction", "retrievals", "model_calls", "seconds", "trace", "error")
@@ -100,7 +102,7 @@ def kind_of(trace) -> str | None:
     if {"z", "z_cl", "z_cm", "perturbed_questions"} & set(trace):
         return "Rowen"
     if "direct" in trace:
-        return "SeaKR, simple QA"
+        return "SeaKR --calibrate" if isinstance(trace["direct"], str) else "SeaKR, simple QA"
     if "chain" in trace:
         return "CoT"
     steps = trace.get("steps")
@@ -202,7 +204,7 @@ def seakr_delta(settings: dict | None, trace: dict, given: float | None) -> tupl
 
 def seakr_scores(trace) -> list:
     """Every U a SeaKR trace holds (steps, candidates, the two strategies, a direct answer)."""
-    if kind_of(trace) not in ("SeaKR", "SeaKR, simple QA"):
+    if kind_of(trace) not in SEAKR_KINDS:
         return []
     steps = [s for s in trace.get("steps") or [] if isinstance(s, dict)]
     cands = [c for s in steps for c in s.get("candidates") or []] + list(trace.get("candidates") or [])
@@ -309,7 +311,10 @@ def ircot_html(trace: dict) -> str:
 
 
 def cot_html(trace: dict) -> str:
-    return (f'<p>One chain of thought, no retrieval:</p><p class="gen">{esc(trace.get("chain"))}</p>'
+    """CoT, and IRCoT in simple QA: one chain of thought with BM25's top passage for the question."""
+    how = (f"with BM25's top passage for the question ({esc(', '.join(map(str, trace['passages'])))}; IRCoT)"
+           if trace.get("passages") else "no retrieval")
+    return (f'<p>One chain of thought, {how}:</p><p class="gen">{esc(trace.get("chain"))}</p>'
             f'<p>Answer: <b>{esc(trace.get("answer"))}</b></p>')
 
 
@@ -532,7 +537,7 @@ def run_column(run: dict, row: dict | None, delta, lo: float, hi: float) -> str:
         out.append(f'<p class="error">This question failed: {esc(row["error"])}</p>')
     out.append(missing_note([k for k in ROW_FIELDS if k not in row]
                             + [f"trace.{k}" for k in EXPECTED.get(kind, ()) if k not in trace]))
-    if kind in ("SeaKR", "SeaKR, simple QA"):
+    if kind in SEAKR_KINDS:
         out.append(seakr_html(trace, run["settings"], delta, lo, hi))
     elif kind == "CoT":
         out.append(cot_html(trace))

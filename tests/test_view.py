@@ -119,6 +119,23 @@ def test_seakr_delta_not_recorded_is_said_and_can_be_given(tmp_path):
     assert shown(html, "delta") == ["3.01"] and "given to view.py" in html
 
 
+def test_seakr_simple_qa_ircot_and_calibration_traces(tmp_path):
+    simple = {**BASE, "id": "s1", "prediction": "American", "retrievals": 1, "trace": {
+        "direct": {"text": "So the answer is Canadian.", "answer": "Canadian", "score": 3.5}, "retrieved": True,
+        "candidates": [{"id": "p1", "title": "Ed Wood", "answer": "American", "score": 0.25, "text": "..."},
+                       {"id": "p2", "title": "Glen or Glenda", "answer": "film", "score": 0.75, "text": "..."}],
+        "chosen": "p1"}}
+    ircot = {**BASE, "id": "s2", "prediction": "yes", "retrievals": 1, "trace": {
+        "steps": [{"query": Q, "passage": "p1", "text": "So the answer is yes."}], "passages": ["p1"], "answer": "yes"}}
+    calibration = {**BASE, "id": "s3", "prediction": "no", "trace": {"direct": "No.", "score": 2.125,
+                                                                     "perplexity": 1.5, "samples": 20}}
+    html = page(tmp_path, ("mixed", [simple, ircot, calibration], {"--threshold": 3.0}))
+    assert shown(html, "u") == ["3.5", "0.25", "0.75", "2.125"]
+    assert re.search(r'<tr class="kept">.*?Ed Wood.*?American', html, re.S)
+    assert "IRCoT retrieves before every step" in html and f"<q>{Q}</q>" in html
+    assert "perplexity" in html and "1.5" in shown(html, "num") and "trace.retrieved" not in html
+
+
 def test_ctrla_shades_each_word_by_its_score_and_marks_the_flagged_words(tmp_path):
     html = page(tmp_path, ("ctrla", [CTRLA], {"--query": "tvq"}))
     flagged = re.findall(r'<mark class="w flag"[^>]*>([^<]*)<sub class="ws">([^<]*)</sub>', html)
