@@ -38,9 +38,11 @@ Differs from the official code in:
   a token of its own on both tokenizer kinds ("▁" for LLaMA's SentencePiece, " " for byte-level BPE)
   that the model rarely saw there (common.encode strips it); the model writes the space itself;
 - the answer after "the answer is" is not cut at the first comma or period ("August 25, 1963" stays);
-  it ends at the first sentence end, and a period after an initial ("Edward L. Cahn", "U.S.") or a
-  title or place abbreviation ("Dr. Who", "St. Louis", "Mt. Everest": _ABBREVIATIONS) ends nothing;
-  a forced answer is read the same way (official: the whole forced continuation is the answer);
+  it ends at the first sentence end: a period after a title or place abbreviation ("Dr. Who", "St.
+  Louis", "Mt. Everest": _ABBREVIATIONS) ends nothing, and one after a capital letter alone ends
+  nothing when a capitalised name follows ("Edward L. Cahn", "U.S. Navy"), but does end "World War
+  I. It ended in 1918"; a forced answer is read the same way (official: the whole forced
+  continuation is the answer);
 - generated steps keep their internal periods when fed back (the official `' '.strip()` bug removes them);
 - the rationale strategy drops the last step's sentences that contain "the answer is" or "is the answer"
   with the sentence split above (official: spaCy's sentence splitter);
@@ -163,19 +165,36 @@ _IS_THE_ANSWER = re.compile(r"[.?!]\s*([^?!]*?)\s+is the answer\b", re.IGNORECAS
 # sentence with it.
 _ABBREVIATIONS = ("Dr", "Mr", "Mrs", "Ms", "Prof", "Rev", "Gen", "Col", "Lt", "Capt", "Sgt", "Gov", "Sen",
                   "St", "Mt", "Ft", "vs")
-# subtle: a sentence ends at a period followed by a space or the end, unless the period closes an
-# initial ("Edward L. Cahn"), an abbreviation letter ("U.S.") or one of _ABBREVIATIONS; "?" and "!"
-# followed by a space end one too
-_SENTENCE_END = re.compile(r"(?<!\b[A-Z])" + "".join(rf"(?<!\b{a})" for a in _ABBREVIATIONS)
-                           + r"\.(?=\s|$)|[?!](?=\s)")
+# A period followed by a space or the end, not after one of _ABBREVIATIONS; "?" and "!" followed by a space
+_END_MARK = re.compile("".join(rf"(?<!\b{a})" for a in _ABBREVIATIONS) + r"\.(?=\s|$)|[?!](?=\s)")
+# Words that open a sentence rather than continue a name after an initial ("World War I. It ended")
+_SENTENCE_OPENERS = common.STOP_WORDS | {"thus", "therefore", "hence", "however", "also"}
+
+
+def sentence_ends(text: str) -> list[tuple[int, int]]:
+    """The spans of the marks that end the text's sentences.
+
+    subtle: a capital letter alone before a period ("Edward L. Cahn", "U.S. Navy", "World War I. It
+    ended") is an initial only when a capitalised name follows it, a capitalised word that is not a
+    function word; then the period ends nothing. Followed by "It", a digit, a lowercase word or the
+    end of the text, it ends the sentence. A period after one of _ABBREVIATIONS ends nothing.
+    """
+    ends = []
+    for m in _END_MARK.finditer(text):
+        if m.group() == "." and re.search(r"\b[A-Z]$", text[:m.start()]):
+            word = re.match(r"\s+(\w+)", text[m.end():])
+            if word and word.group(1)[0].isupper() and word.group(1).lower() not in _SENTENCE_OPENERS:
+                continue                                   # an initial: the name goes on
+        ends.append(m.span())
+    return ends
 
 
 def sentences(text: str) -> list[str]:
-    """The text's sentences, each with its end mark, split at _SENTENCE_END."""
+    """The text's sentences, each with its end mark, split at sentence_ends."""
     out, start = [], 0
-    for m in _SENTENCE_END.finditer(text):
-        out.append(text[start:m.end()].strip())
-        start = m.end()
+    for _, end in sentence_ends(text):
+        out.append(text[start:end].strip())
+        start = end
     out.append(text[start:].strip())
     return [x for x in out if x]
 
@@ -183,15 +202,17 @@ def sentences(text: str) -> list[str]:
 def extract_answer(text: str) -> str | None:
     """The answer after "the answer is" (official _check_final_answer, without its cut at the first
     comma or period), up to the sentence's end: "So the answer is August 25, 1963." -> "August 25, 1963",
-    "So the answer is St. Louis." -> "St. Louis"."""
+    "So the answer is St. Louis." -> "St. Louis"; else the words before "is the answer" that follow a
+    sentence end (its second pattern). An empty answer is none ("I think. is the answer" -> None, as
+    official check_final_step, which takes "" for no answer)."""
     m = _ANSWER_IS.search(text)
     if m:
         rest = m.group(1).split("\n")[0]
-        end = _SENTENCE_END.search(rest)
-        answer = (rest[:end.start()] if end else rest).strip().strip("\"'*")
+        ends = sentence_ends(rest)
+        answer = (rest[:ends[0][0]] if ends else rest).strip().strip("\"'*")
         return answer or None
     m = _IS_THE_ANSWER.search(text)
-    return m.group(1).strip() if m else None
+    return (m.group(1).strip() or None) if m else None
 
 
 def has_answer(text: str) -> bool:

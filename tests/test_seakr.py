@@ -81,9 +81,30 @@ def test_choose_answer():
     ("So the answer is St. Louis, Missouri.", "St. Louis, Missouri"),
     ("So the answer is Mt. Everest. It is the highest.", "Mt. Everest"),
     ("So the answer is Paris! Really", "Paris"),
+    # a capital letter alone before a period: an initial only when a capitalised name follows
+    ("So the answer is World War I. It ended in 1918.", "World War I"),   # was "World War I. It ended in 1918"
+    ("So the answer is Edward L. Cahn. He died in 1963.", "Edward L. Cahn"),
+    ("So the answer is Vitamin C. 1918 saw", "Vitamin C"),
+    ("So the answer is Plan B. then", "Plan B"),
+    ("Thus the answer is: U.S. Navy. Then", "U.S. Navy"),
+    # an empty answer is no answer (official check_final_step: "" is falsy)
+    ("I think. is the answer", None),                            # was ""
+    ("I think. is the answer. Rome", None),
+    ("So the answer is .", None),
 ])
 def test_extract_answer(text, answer):
     assert seakr.extract_answer(text) == answer
+
+
+def test_sentence_ends_decide_an_initial_from_what_follows():
+    assert seakr.sentences("World War I. It ended in 1918. Edward L. Cahn directed it.") == [
+        "World War I.", "It ended in 1918.", "Edward L. Cahn directed it."]
+    assert seakr.sentences("He served in the U.S. Navy. In 1918 he left the U.S. Then he died.") == [
+        "He served in the U.S. Navy.", "In 1918 he left the U.S.", "Then he died."]
+    assert seakr.sentences("Thus it is Edward L.") == ["Thus it is Edward L."]
+    text = "It is World War I. Thus, Cahn. St. Louis is a city"
+    assert seakr.sentence_ends(text) == [(17, 18), (29, 30)]      # not after "St"
+    assert text[16:18] == "I." and text[27:30] == "hn."
 
 
 def test_prompt_format():
