@@ -43,6 +43,13 @@ Differs from the official code in:
   nothing when a capitalised name follows ("Edward L. Cahn", "U.S. Navy"), but does end "World War
   I. It ended in 1918"; a forced answer is read the same way (official: the whole forced
   continuation is the answer);
+- a step ends the loop when it names a non-empty answer that the ". " stop did not cut inside a
+  name (final_answer: "So the answer is Paris", cut from "Paris. It is ...", is final; "Edward L"
+  from "Edward L. Cahn" and "St" from "St. Louis" are not, and the loop goes on); official
+  check_final_step needs a comma or period after the answer in the step's text, and vLLM returns a
+  step without its stop string, so there no step cut by ". " is final and the loop goes on past a
+  stated answer; we follow the paper (3.3: the iteration ends when the model states its answer) and
+  keep the official test's effect where it protects the answer: a name cut at an initial or title;
 - generated steps keep their internal periods when fed back (the official `' '.strip()` bug removes them);
 - the rationale strategy drops the last step's sentences that contain "the answer is" or "is the answer"
   with the sentence split above (official: spaCy's sentence splitter);
@@ -215,8 +222,34 @@ def extract_answer(text: str) -> str | None:
     return (m.group(1).strip() or None) if m else None
 
 
-def has_answer(text: str) -> bool:
-    return extract_answer(text) is not None
+def final_answer(step: str, after: str = "") -> str | None:
+    """The answer with which a reasoning step ends the loop, or None (paper 3.3: the iteration stops
+    when the model states its answer, "So the final answer is ..."). `after` is what the model wrote
+    past the step (continuation): the stop string that cut it and the rest of the token that
+    completed the stop.
+
+    subtle: the ". " stop cuts "So the answer is Edward L. Cahn." to "So the answer is Edward L" and
+    "St. Louis" to "St"; read with what follows the cut, such an answer runs past it, and the step is
+    not final: the loop goes on, as in the official code. "So the answer is Paris" cut from "Paris. It
+    is ..." is final with "Paris" (official: not final, see the module docstring).
+    """
+    answer = extract_answer(step)
+    return answer if answer is not None and extract_answer(step + after) == answer else None
+
+
+def continuation(tok, gen: common.Generation) -> str:
+    """What the model generated past gen.text: the stop string that ended it and the rest of the token
+    that completed the stop (Generation.token_ids end with that token), e.g. ". Cahn"; "" for a
+    generation that ended at EOS or at the length limit."""
+    if gen.finish in ("eos", "length"):
+        return ""
+    full = tok.decode(gen.token_ids, skip_special_tokens=True)
+    return full[len(gen.text):] if full.startswith(gen.text) else ""
+
+
+def step_answer(tok, gen: common.Generation) -> str | None:
+    """final_answer of a generated step."""
+    return final_answer(gen.text, continuation(tok, gen))
 
 
 def drop_answer_sentences(step: str) -> str:
@@ -406,7 +439,7 @@ def solve_multihop(model, tok, bm25, prefix: str, question: str, s: Settings, bu
         retrieve = uncertain or s.retrieve == "no-sa-retrieval"
         entry = {"text": c.text, "score": _num(c.score), "samples": c.samples, "retrieved": False}
         trace.append(entry)
-        if has_answer(c.text):          # a final answer is never retrieval-checked (official order)
+        if step_answer(tok, c.gen) is not None:   # a final answer is never retrieval-checked (official order)
             steps.append(c.text)
             break
         if not retrieve:
@@ -414,11 +447,11 @@ def solve_multihop(model, tok, bm25, prefix: str, question: str, s: Settings, bu
                 break
             steps.append(c.text)
         else:
-            step = rerank(model, tok, bm25, prefix, question, steps, docs, searched, c, s, budget, entry)
-            if step is None:            # a repeated query or no new passage ends the loop (official)
+            chosen = rerank(model, tok, bm25, prefix, question, steps, docs, searched, c, s, budget, entry)
+            if chosen is None:          # a repeated query or no new passage ends the loop (official)
                 break
-            steps.append(step)
-            if has_answer(step):
+            steps.append(chosen.text)
+            if step_answer(tok, chosen.gen) is not None:
                 break
         if len(steps) >= MAX_STEPS or len(docs) >= MAX_DOCS:
             break
@@ -428,8 +461,9 @@ def solve_multihop(model, tok, bm25, prefix: str, question: str, s: Settings, bu
 
 
 def rerank(model, tok, bm25, prefix, question, steps, docs, searched, failed: Call, s: Settings,
-           budget: Budget, entry: dict) -> str | None:
-    """Retrieve for an uncertain step and keep the passage whose regenerated step is most certain."""
+           budget: Budget, entry: dict) -> Call | None:
+    """Retrieve for an uncertain step and keep the passage whose regenerated step is most certain;
+    that step's call, or None when there is nothing new to read."""
     query = query_from_step(tok, failed.gen, failed.text, question, steps[-1] if steps else "")
     if not query:
         query = " ".join(w for w in re.findall(r"\w+", question) if w.lower() not in common.STOP_WORDS)
@@ -452,7 +486,7 @@ def rerank(model, tok, bm25, prefix, question, steps, docs, searched, failed: Ca
                             "text": c.text, "score": _num(c.score)} for h, c in zip(hits, cands)]
     entry["chosen"] = hits[best]["id"]
     docs.append(hits[best])
-    return cands[best].text
+    return cands[best]
 
 
 def reason(model, tok, prefix, question, steps, docs, s: Settings, budget: Budget) -> dict:
@@ -499,11 +533,13 @@ def solve_ircot(model, tok, bm25, prefix: str, question: str, budget: Budget) ->
     """IRCoT (paper 4.1.2: "retrieves for every reasoning step ... and integrates the top-ranked
     knowledge"): before each step, BM25 is queried with the question (first step) or the last
     generated sentence (DRAGIN's fix-sentence IRCoT) and its top passage not yet in the context joins
-    it; one greedy sentence per step; the same stops and limits as SeaKR's loop (paper 4.1.3: the
-    constraints apply to all baselines); the answer is the chain's, forced when it names none."""
+    it; one greedy sentence per step; the same stops, final-step test and limits as SeaKR's loop
+    (paper 4.1.3: the constraints apply to all baselines); the answer is the final step's, forced
+    when no step ends the chain with one."""
     steps: list[str] = []
     docs: list[dict] = []
     trace = []
+    answer = None
     query = question
     while True:
         query = truncate_query(tok, query)
@@ -515,16 +551,17 @@ def solve_ircot(model, tok, bm25, prefix: str, question: str, budget: Budget) ->
         docs.append(hit)
         budget.calls += 1
         prompt = build_prompt(prefix, question, steps, [passage_text(d) for d in docs])
-        text = common.greedy(model, tok, prompt, max_new_tokens=MAX_NEW_TOKENS,
-                             stop=stop_strings(bool(steps), final=False)).text.strip()
+        g = common.greedy(model, tok, prompt, max_new_tokens=MAX_NEW_TOKENS,
+                          stop=stop_strings(bool(steps), final=False))
+        text = g.text.strip()
         trace.append({"query": query, "passage": hit["id"], "text": text})
         if not text:
             break
         steps.append(text)
-        if has_answer(text) or len(steps) >= MAX_STEPS or len(docs) >= MAX_DOCS:
+        answer = step_answer(tok, g)
+        if answer is not None or len(steps) >= MAX_STEPS or len(docs) >= MAX_DOCS:
             break
         query = text
-    answer = extract_answer(steps[-1]) if steps else None
     if answer is None:
         answer = forced_answer(model, tok, build_prompt(prefix, question, steps, [passage_text(d) for d in docs]),
                                budget)

@@ -107,6 +107,115 @@ def test_sentence_ends_decide_an_initial_from_what_follows():
     assert text[16:18] == "I." and text[27:30] == "hn."
 
 
+def as_generated(tok, raw: str, stop) -> common.Generation:
+    """`raw` as the model's decoding returns it: tokens up to the one whose decoded prefix first holds
+    a stop string (that token kept), the text cut before the stop (common._decode does the same)."""
+    ids = tok(raw, add_special_tokens=False)["input_ids"]
+    for n in range(1, len(ids) + 1):
+        text = tok.decode(ids[:n], skip_special_tokens=True)
+        hits = [(text.find(x), x) for x in stop if x in text]
+        if hits:
+            at, x = min(hits)
+            return common.Generation(text[:at], ids[:n], [0.0] * n, x)
+    return common.Generation(tok.decode(ids, skip_special_tokens=True), ids, [0.0] * len(ids), "eos")
+
+
+# (what the model writes, the step's text once the stops cut it, the answer that ends the loop)
+FINAL_STEPS = [
+    ("So the answer is Paris.\n\nQuestion:", "So the answer is Paris.", "Paris"),
+    ("So the answer is Paris. It is in France.", "So the answer is Paris", "Paris"),     # official: not final
+    ("So the answer is Edward L. Cahn.\n\n", "So the answer is Edward L", None),        # was "Edward L"
+    ("So the answer is St. Louis.\n\n", "So the answer is St", None),                    # was "St"
+    ("So the answer is World War I. It ended in 1918.", "So the answer is World War I", "World War I"),
+    ("Edward L. Cahn directed it.", "Edward L", None),
+]
+
+
+@pytest.mark.parametrize("raw,text,answer", FINAL_STEPS)
+def test_final_step_guards_an_answer_cut_inside_a_name(real_tok, raw, text, answer):
+    g = as_generated(real_tok, raw, seakr.stop_strings(False, final=False))
+    assert g.text.strip() == text
+    after = seakr.continuation(real_tok, g)
+    assert after.startswith(g.finish)            # the stop string, then the rest of the token that completed it
+    assert seakr.step_answer(real_tok, g) == answer
+    assert seakr.final_answer(g.text) == seakr.extract_answer(text)     # the text alone cannot tell
+
+
+def test_final_answer_by_hand():
+    assert seakr.final_answer("So the answer is Paris.") == "Paris"
+    assert seakr.final_answer("So the answer is Paris", ". It is") == "Paris"
+    assert seakr.final_answer("So the answer is Edward L", ". Cahn") is None
+    assert seakr.final_answer("So the answer is Edward L", ". C") is None           # a partial token
+    assert seakr.final_answer("So the answer is St", ". Louis") is None
+    assert seakr.final_answer("So the answer is St", ". ") is None
+    assert seakr.final_answer("So the answer is Edward L") == "Edward L"            # ended by EOS
+    assert seakr.final_answer("So the answer is Paris", "\nQuestion") == "Paris"
+    assert seakr.final_answer("I think. is the answer") is None                     # was ""
+    assert seakr.final_answer("Cahn directed it", ". So") is None
+    assert seakr.continuation(None, common.Generation("So", [1], [0.0], "eos")) == ""
+
+
+def scripted(monkeypatch, tok, replies: list):
+    """A scripted model: seakr.call and seakr.call_many answer each prompt with the next of `replies`
+    (what the model writes, cut at the call's stops as decoding cuts it, or a Generation as it is),
+    with U = -7; seakr.reason is stubbed out. Returns the (prompt, stop) pairs asked."""
+    asked = []
+
+    def one(prompt, stop, budget):
+        budget.calls += 1
+        asked.append((prompt, tuple(stop)))
+        r = replies.pop(0)
+        g = r if isinstance(r, common.Generation) else as_generated(tok, r, stop)
+        return seakr.Call(g.text.strip(), -7.0, g, 20)
+    monkeypatch.setattr(seakr, "call", lambda model, t, prompt, stop, s, budget: one(prompt, stop, budget))
+    monkeypatch.setattr(seakr, "call_many", lambda model, t, prompts, stop, s, budget:
+                        [one(x, stop, budget) for x in prompts])
+    monkeypatch.setattr(seakr, "reason", lambda *a: {"answer": None, "chosen": "knowledge"})
+    return asked
+
+
+@pytest.mark.parametrize("first,steps", [
+    ("So the answer is Paris.\n\n", ["So the answer is Paris."]),
+    ("So the answer is Paris. It is in France.", ["So the answer is Paris"]),
+    ("So the answer is Edward L. Cahn.\n\n", ["So the answer is Edward L", "So the answer is Edward Cahn."]),
+    ("So the answer is St. Louis.\n\n", ["So the answer is St", "So the answer is Edward Cahn."]),
+])
+def test_loop_goes_on_after_an_answer_cut_inside_a_name(real_tok, monkeypatch, first, steps):
+    asked = scripted(monkeypatch, real_tok, [first, "So the answer is Edward Cahn.\n\n"])
+    s = seakr.Settings(delta=0.0, layer=0)          # U = -7 <= 0: every step certain, no retrieval
+    out = seakr.solve_multihop(None, real_tok, common.BM25(CORPUS), "P", "Q", s, seakr.Budget(0))
+    assert [st["text"] for st in out["trace"]["steps"]] == steps and out["retrievals"] == 0
+    assert len(asked) == len(steps)
+    if len(steps) == 2:      # the cut step is fed back as a step of its own
+        assert asked[1] == ("P\n\nAnswer in the same format as before. \nQuestion: Q\nAnswer: " + steps[0] + ".",
+                            seakr.stop_strings(True, final=False))
+
+
+def test_loop_goes_on_after_an_empty_answer(real_tok, monkeypatch):
+    text = "I think. is the answer"
+    ids = real_tok(text, add_special_tokens=False)["input_ids"]
+    asked = scripted(monkeypatch, real_tok, [common.Generation(text, ids, [0.0] * len(ids), "eos"),
+                                             "So the answer is Rome.\n"])
+    out = seakr.solve_multihop(None, real_tok, common.BM25(CORPUS), "P", "Q", seakr.Settings(delta=0.0, layer=0),
+                               seakr.Budget(0))
+    assert len(asked) == 2 and [st["text"] for st in out["trace"]["steps"]] == [text, "So the answer is Rome."]
+
+
+def test_ircot_does_not_end_on_an_answer_cut_inside_a_name(real_tok, monkeypatch):
+    replies = ["Beta was born in Gamma, so the answer is St. Louis.\n\n", "So the answer is Saint Louis.\n\n"]
+    seen = []
+
+    def greedy(model, tok, prompt, max_new_tokens=64, stop=()):
+        seen.append(prompt)
+        return as_generated(tok, replies.pop(0), stop)
+    monkeypatch.setattr(seakr.common, "greedy", greedy)
+    s = seakr.Settings(delta=0.0, layer=0, retrieve="ircot")
+    out = seakr.solve_multihop(None, real_tok, common.BM25(CORPUS), "P", "Where was Beta born?", s, seakr.Budget(0))
+    assert [st["text"] for st in out["trace"]["steps"]] == ["Beta was born in Gamma, so the answer is St",
+                                                           "So the answer is Saint Louis."]
+    assert out["prediction"] == "Saint Louis" and out["retrievals"] == 2 == len(seen)   # was "St" after one step
+
+
 def test_prompt_format():
     tail = seakr.build_prompt("P", "Q?")
     assert tail == "P\n\nAnswer in the same format as before. \nQuestion: Q?\nAnswer:"
