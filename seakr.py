@@ -20,7 +20,8 @@ Baselines and ablations from the same code (paper 4.1.2 and Table 3), `--retriev
   joins the context, which keeps what was read (as IRCoT; DRAGIN's run shows the current query's top 3
   only); SeaKR's step format, stops and limits (7 steps, 5 retrievals; paper 4.1.3 applies them to all
   baselines); no re-ranking, no self-aware reasoning; in simple QA, one retrieval for the question;
-- `no-sa-retrieval`: "- S.A. Retrieval", SeaKR retrieving at every step (re-ranking and reasoning kept);
+- `no-sa-retrieval`: "- S.A. Retrieval", SeaKR retrieving for every step (paper 5.1), a first step
+  that already names an answer included (re-ranking and reasoning kept);
 - `--no-rerank`: "- S.A. Re-rank"; `--final rationales|knowledge`: "Rationales-only", "Knowledge-only".
 
 Paper: Zijun Yao, Weijian Qi, Liangming Pan, Shulin Cao, Linmei Hu, Weichuan Liu, Lei Hou, Juanzi Li.
@@ -435,12 +436,12 @@ def solve_multihop(model, tok, bm25, prefix: str, question: str, s: Settings, bu
     while True:
         c = call(model, tok, build_prompt(prefix, question, steps, [passage_text(d) for d in docs]),
                  stop_strings(bool(steps), final=False), s, budget)
-        uncertain = should_retrieve(c.score, c.text, s.delta)
-        retrieve = uncertain or s.retrieve == "no-sa-retrieval"
+        every_step = s.retrieve == "no-sa-retrieval"      # paper 5.1: retrieve for each generation step
+        retrieve = every_step or should_retrieve(c.score, c.text, s.delta)
         entry = {"text": c.text, "score": _num(c.score), "samples": c.samples, "retrieved": False}
         trace.append(entry)
-        if step_answer(tok, c.gen) is not None:   # a final answer is never retrieval-checked (official order)
-            steps.append(c.text)
+        if not every_step and step_answer(tok, c.gen) is not None:
+            steps.append(c.text)        # a final answer is never retrieval-checked (official order)
             break
         if not retrieve:
             if not c.text:              # greedy and the same prompt again: nothing new would come

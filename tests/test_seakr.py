@@ -216,6 +216,24 @@ def test_ircot_does_not_end_on_an_answer_cut_inside_a_name(real_tok, monkeypatch
     assert out["prediction"] == "Saint Louis" and out["retrievals"] == 2 == len(seen)   # was "St" after one step
 
 
+@pytest.mark.parametrize("mode,retrievals", [("adaptive", 0), ("no-sa-retrieval", 1)])
+def test_no_sa_retrieval_retrieves_for_a_first_step_that_names_an_answer(real_tok, monkeypatch, mode, retrievals):
+    """Paper 5.1's "- S.A. Retrieval" retrieves for every generation step; SeaKR itself never checks
+    a final answer (official order)."""
+    asked = scripted(monkeypatch, real_tok, ["So the answer is Gamma.\n\n"] + ["So the answer is Gamma.\n\n"] * 3)
+    s = seakr.Settings(delta=0.0, layer=0, retrieve=mode)     # U = -7: certain
+    out = seakr.solve_multihop(None, real_tok, common.BM25(CORPUS), "P", "Where was Beta born?", s, seakr.Budget(0))
+    first = out["trace"]["steps"][0]
+    assert out["retrievals"] == retrievals == int(first["retrieved"])        # was 0 for both
+    if retrievals:
+        hits = [h["id"] for h in common.BM25(CORPUS).search("Gamma", 3)]
+        assert first["query"] == "Gamma" and [c["id"] for c in first["candidates"]] == hits
+        assert out["trace"]["passages"] == hits[:1]          # equal U: BM25's first
+        assert len(asked) == 1 + len(hits) and "Context: [1] Gamma: Gamma is a city" in asked[1][0] + asked[2][0]
+    else:
+        assert len(asked) == 1
+
+
 def test_prompt_format():
     tail = seakr.build_prompt("P", "Q?")
     assert tail == "P\n\nAnswer in the same format as before. \nQuestion: Q?\nAnswer:"
