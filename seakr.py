@@ -349,7 +349,17 @@ class Call:
     score: float                  # eigen score of the samples (+inf when no sample is usable)
     gen: common.Generation        # the greedy Generation (tokens and probabilities, for the query)
     samples: int = 0              # how many non-empty samples entered the score
-    sample_nll: list[float] = field(default_factory=list)  # per such sample: -mean log p of its tokens
+    sample_nll: list[float] = field(default_factory=list)  # per sample with a scored token, empty ones
+                                  # included (official): -mean of scored_logprobs, for --calibrate
+
+
+def scored_logprobs(gen: common.Generation) -> list[float]:
+    """The log-probabilities the official engine scores for perplexity (llm_engine.py compute_perplexity:
+    every entry but the last). Its stop checker overwrites a generation's last token with EOS (log p
+    0) unless it is EOS already, so what it leaves out is the token that completed a stop string, the
+    last one under the length limit, or EOS itself; Generation.logprobs hold no EOS, so a generation
+    that ended at EOS keeps all of them."""
+    return list(gen.logprobs) if gen.finish == "eos" else list(gen.logprobs[:-1])
 
 
 @dataclass
@@ -390,7 +400,7 @@ def call_many(model, tok, prompts: list[str], stop, s: Settings, budget: Budget)
                                    with_greedy=True):
         greedy, samples = gens[0], [g for g in gens[1:] if g.text.strip()]
         score = eigen_score(torch.stack([g.hidden for g in samples])) if samples else math.inf
-        nll = [-sum(g.logprobs) / len(g.logprobs) for g in samples if g.logprobs]
+        nll = [-sum(lp) / len(lp) for lp in map(scored_logprobs, gens[1:]) if lp]
         calls.append(Call(greedy.text.strip(), score, greedy, len(samples), nll))
     return calls
 
@@ -727,15 +737,22 @@ def threshold_table(rows: list[tuple[float, bool]]) -> dict:
 
 
 def uncertainty_baselines(c: Call) -> dict:
-    """The simpler estimators SeaKR's ablation compares with the eigen score (paper 4.4, "Ablating
-    Self-aware Uncertainty Estimator"), from the same call; each higher = less sure:
-    - perplexity: exp(-mean log p) of the greedy answer's tokens (the official engine's `perplexity`,
-      whose tokens end before EOS, as Generation.token_ids do) and that mean log p itself;
-    - multi-perplexity: the mean of the k samples' perplexities (the official `ln_entropy`);
-    - LN-entropy (Malinin and Gales, 2020): the mean over samples of -mean log p, length-normalised.
-    Log-probabilities are the model's at temperature 1 (Generation.logprobs), as official.
-    The energy score needs the raw logits, which a Generation does not keep: not computed."""
-    lp = c.gen.logprobs
+    """The simpler estimators SeaKR's ablation compares with the eigen score (paper 5.1, "Ablating
+    Self-aware Uncertainty Estimator"), from the same call, each over scored_logprobs (the token that
+    completed a stop string is not scored, as in the official engine); each higher = less sure:
+    - perplexity: exp(-mean log p) of the greedy step's scored tokens (the official engine's
+      `perplexity`) and that mean log p itself; None where no token is scored (official: 1e3);
+    - multi-perplexity: the mean of the samples' perplexities over every sample with a scored token,
+      empty ones included (the official engine's key `ln_entropy`: np.mean of the samples' perplexities);
+    - LN-entropy (Malinin and Gales, 2020): the mean over the same samples of -mean log p. The official
+      engine computes none (its `ln_entropy` is the multi-perplexity above).
+    Log-probabilities: the greedy step's are the model's full distribution, as vLLM reports them at
+    temperature 0. The samples' are not what vLLM reports: vLLM's are after top-k 50 and top-p 0.9,
+    renormalised over the tokens kept (log p - log of the kept mass, never below ours), while
+    Generation.logprobs are the full distribution's at temperature 1; so multi-perplexity and
+    LN-entropy here are at least the official values. The energy score needs the raw logits, which a
+    Generation does not keep: not computed."""
+    lp = scored_logprobs(c.gen)
     out = {"mean_logprob": _num(sum(lp) / len(lp)) if lp else None,
            "perplexity": _num(math.exp(-sum(lp) / len(lp))) if lp else None,
            "multi_perplexity": None, "ln_entropy": None, "samples": c.samples}

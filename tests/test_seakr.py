@@ -2,6 +2,7 @@
 import inspect
 import json
 import math
+import types
 
 import pytest
 import torch
@@ -592,27 +593,55 @@ def test_citations_and_layout():
 # Calibration: a run file with the eigen score and the paper's simpler estimators beside it
 
 def test_uncertainty_baselines_hand_computed():
-    gen = common.Generation(text="Paris", token_ids=[5, 6], logprobs=[-1.0, -3.0], finish="\n")
+    # the token that completed the stop "\n" (log p -5) is not scored (official compute_perplexity)
+    gen = common.Generation(text="Paris", token_ids=[5, 6, 7], logprobs=[-1.0, -3.0, -5.0], finish="\n")
     c = seakr.Call("Paris", 0.5, gen, samples=2, sample_nll=[1.0, 2.0])
     got = seakr.uncertainty_baselines(c)
-    assert got["mean_logprob"] == -2.0
-    assert got["perplexity"] == pytest.approx(math.exp(2.0), abs=1e-4)
+    assert got["mean_logprob"] == -2.0                                  # was -3.0
+    assert got["perplexity"] == pytest.approx(math.exp(2.0), abs=1e-4)  # was e^3
     assert got["multi_perplexity"] == pytest.approx((math.e + math.exp(2.0)) / 2, abs=1e-4)
     assert got["ln_entropy"] == 1.5 and got["samples"] == 2
+    # at EOS every generated token is scored (the entry official drops is EOS's own); at the length
+    # limit the last token is not (official overwrites it with EOS)
+    assert seakr.scored_logprobs(common.Generation("Paris", [5, 6], [-1.0, -3.0], "eos")) == [-1.0, -3.0]
+    assert seakr.scored_logprobs(common.Generation("Paris", [5, 6], [-1.0, -3.0], "length")) == [-1.0]
+    one = seakr.uncertainty_baselines(seakr.Call("P", 0.5, common.Generation("P", [5], [-1.0], ". ")))
+    assert one["perplexity"] is None and one["mean_logprob"] is None      # nothing scored (official: 1e3)
     empty = seakr.uncertainty_baselines(seakr.Call("", math.inf, common.Generation("", [], [], "eos")))
     assert empty == {"mean_logprob": None, "perplexity": None, "multi_perplexity": None, "ln_entropy": None,
                      "samples": 0}
 
 
-def test_call_keeps_each_usable_samples_mean_log_prob(tiny):
+def test_call_keeps_each_samples_mean_log_prob_as_official(tiny):
     model, tok = tiny
     s = seakr.Settings(delta=0.0, layer=1, k=5)
     c = seakr.call(model, tok, "Question: ab\nAnswer:", ("\n",), s, seakr.Budget(seed=3))
     gens = common.sample(model, tok, "Question: ab\nAnswer:", 5, temperature=seakr.TEMPERATURE, top_k=seakr.TOP_K,
                          top_p=seakr.TOP_P, max_new_tokens=seakr.MAX_NEW_TOKENS, stop=("\n",), seed=4,
                          with_greedy=True)[1:]
-    want = [-sum(g.logprobs) / len(g.logprobs) for g in gens if g.text.strip()]
-    assert len(c.sample_nll) == c.samples == len(want) and c.sample_nll == pytest.approx(want, abs=1e-5)
+    scored = [g.logprobs if g.finish == "eos" else g.logprobs[:-1] for g in gens]
+    want = [-sum(lp) / len(lp) for lp in scored if lp]
+    assert c.sample_nll == pytest.approx(want, abs=1e-5)
+
+
+def test_sample_nll_scores_every_sample_without_its_stop_token(monkeypatch):
+    """Official multi-perplexity (its `ln_entropy`): every sample with a scored token, empty text
+    included; the token that completed a stop string is not scored. U: the non-empty samples only."""
+    h = torch.eye(4)
+    gens = [common.Generation("Paris", [1, 2], [-0.1, -0.2], ". "),                # greedy
+            common.Generation("Paris", [1, 2, 3], [-1.0, -2.0, -4.0], ". ", h[0]),  # scored -1, -2: 1.5
+            common.Generation("", [4, 5], [-2.0, -6.0], "\n", h[1]),               # empty text, scored -2: 2.0
+            common.Generation("Rome", [6], [-3.0], "eos", h[2]),                   # at EOS all scored: 3.0
+            common.Generation("Lyon", [7], [-7.0], ". ", h[3])]                    # nothing scored
+    monkeypatch.setattr(seakr.common, "sample_many", lambda *a, **k: [gens])
+    monkeypatch.setattr(seakr.common, "decoder_layers", lambda model: [types.SimpleNamespace(mlp=None)])
+    c = seakr.call(None, None, "P", (". ",), seakr.Settings(delta=0.0, layer=0, k=4), seakr.Budget(0))
+    assert c.sample_nll == [1.5, 2.0, 3.0]                     # was [7/3, 3.0, 7.0]: non-empty, every token
+    assert c.samples == 3 and c.score == pytest.approx(seakr.eigen_score(h[[0, 2, 3]]))
+    got = seakr.uncertainty_baselines(c)
+    assert got["multi_perplexity"] == pytest.approx((math.exp(1.5) + math.exp(2.0) + math.exp(3.0)) / 3, abs=1e-4)
+    assert got["ln_entropy"] == pytest.approx(6.5 / 3, abs=1e-4)
+    assert got["perplexity"] == pytest.approx(math.exp(0.1), abs=1e-4)        # greedy: the stop token unscored
 
 
 def test_calibration_writes_a_resumable_run_file(tiny, monkeypatch, tmp_path, capsys):
