@@ -7,9 +7,10 @@ The method in five lines:
    words removed) and BM25 returns N = 3 passages.
 3. Self-aware re-ranking (3.2): the step is regenerated with each passage in context; the passage whose
    step has the lowest U joins the knowledge buffer, its step joins the rationale buffer.
-4. The loop stops at "the answer is", after 7 steps or 5 retrievals.
-5. Self-aware reasoning (3.3): an answer from the rationales and an answer from a fresh chain of thought
-   over all passages; the one with the lower U is the final answer.
+4. The loop stops at a step that states its answer ("So the answer is ..."), after 7 steps or 5
+   retrievals (official README: --max_reasoning_steps 7 --max_docs 5).
+5. Self-aware reasoning (3.3, as the official code does it): an answer regenerated with the rationales
+   as context and one from a fresh chain of thought over all passages; the lower U wins.
 
 Baselines and ablations from the same code (paper 4.1.2 and Table 3), `--retrieve`:
 - `never`: CoT, one greedy chain of thought with the same exemplars (100 tokens, DRAGIN's length), no
@@ -18,8 +19,9 @@ Baselines and ablations from the same code (paper 4.1.2 and Table 3), `--retriev
 - `ircot`: IRCoT, retrieve at every step with the question (first step) or the last generated sentence
   (later steps) as the query, as DRAGIN's fix-sentence IRCoT does; BM25's top passage not yet read
   joins the context, which keeps what was read (as IRCoT; DRAGIN's run shows the current query's top 3
-  only); SeaKR's step format, stops and limits (7 steps, 5 retrievals; paper 4.1.3 applies them to all
-  baselines); no re-ranking, no self-aware reasoning; in simple QA, one retrieval for the question;
+  only); SeaKR's step format, stops, final-step test and limits (7 steps, 5 retrievals: the official
+  README's; paper 4.1.3 applies SeaKR's constraints to all baselines); no re-ranking, no self-aware
+  reasoning; in simple QA, one retrieval for the question;
 - `no-sa-retrieval`: "- S.A. Retrieval", SeaKR retrieving for every step (paper 5.1), a first step
   that already names an answer included (re-ranking and reasoning kept);
 - `--no-rerank`: "- S.A. Re-rank"; `--final rationales|knowledge`: "Rationales-only", "Knowledge-only".
@@ -28,7 +30,12 @@ Paper: Zijun Yao, Weijian Qi, Liangming Pan, Shulin Cao, Linmei Hu, Weichuan Liu
 "SeaKR: Self-aware Knowledge Retrieval for Adaptive Retrieval Augmented Generation" (arXiv 2406.19215;
 ICLR 2025 submission). Official code: THU-KEG/SeaKR (a patched vLLM 0.4.2 + Elasticsearch).
 
-Follows the paper's intent and the official code's concrete values (shared/specs/seakr.md).
+Follows the paper's intent and the official code's concrete values (shared/specs/seakr.md). Follows
+the official code, not the paper, in the final reasoning (reason): the paper (3.3, appendix D.3 =
+arXiv B.3) puts "So the final answer is" right after the last rationale and stops both strategies at
+a newline; the official read_all_steps gives the rationales as Context passages and regenerates (stop:
+the base stops and a newline; " So the answer is" forced on failure), and read_all_docs stops at the
+base stops only, so its chain of thought may run over several lines.
 Differs from the official code in:
 - the hidden state comes from a forward hook on the layer's MLP of a plain transformers model, not a
   patched vLLM; the EOS substitution (last sampled token replaced by EOS, one more step) is the same;
@@ -62,6 +69,9 @@ Differs from the official code in:
   'seakr'), and the passage shown to the model is "title: text" (official: text only; DPR passages
   usually start with the title);
 - the forced answer of the rationale strategy is greedy only (its 20 samples are never used);
+- --calibrate's estimators (uncertainty_baselines) read the samples' log-probabilities under the full
+  distribution (official: vLLM's, after top-k and top-p), and its LN-entropy is Malinin and Gales'
+  (the official engine's `ln_entropy` is the samples' mean perplexity, our multi-perplexity);
 - samples are seeded per question and call (official: seed 42 for every request); a retrieval with
   fewer than N new hits re-ranks fewer candidates (official: pads with empty passages of random ids);
 - simple QA retrieves BM25's top 10 for the question (official: a pre-packed DPR top-10 file) and uses
@@ -97,8 +107,8 @@ PROB_KEEP = 0.9         # a query keeps a word when all its tokens have p >= 0.9
 QUERY_MAX_TOKENS = 64   # queries are left-truncated to 64 tokens [official _retrieve]
 RERANK_N = 3            # BM25 passages re-ranked per retrieval, multi-hop [paper 4.1.3 N=3; official topk=3]
 SIMPLE_QA_N = 10        # passages tried one by one in simple QA [official eval_singlehop.ipynb: DPR top 10]
-MAX_DOCS = 5            # at most 5 retrievals [official --max_docs]
-MAX_STEPS = 7           # at most 7 reasoning steps [official README]
+MAX_DOCS = 5            # at most 5 retrievals [official --max_docs: default and README]
+MAX_STEPS = 7           # at most 7 reasoning steps [official README --max_reasoning_steps 7; argparse 10]
 N_SHOT = 10             # in-context examples [official --n_shot]
 # Threshold delta per model: retrieve iff U > delta. LLaMA-2-7B-chat's -6.0 is the paper's (5.3);
 # other models' scores live on other scales, so each needs its own (python seakr.py --calibrate).
@@ -502,8 +512,12 @@ def rerank(model, tok, bm25, prefix, question, steps, docs, searched, failed: Ca
 
 def reason(model, tok, prefix, question, steps, docs, s: Settings, budget: Budget) -> dict:
     """Self-aware reasoning (paper 3.3): answer from the rationales and from the passages, keep the
-    lower U. Each strategy's U comes from its first generation (official read_all_steps) or from its
-    last one (official read_all_docs: the forced call's, when forcing was needed)."""
+    lower U. As the official code, not the paper (3.3, appendix D.3: "So the final answer is" after the
+    last rationale, newline stops): the rationales are given as Context passages and the answer is
+    regenerated (official read_all_steps: the base stops and a newline), and the passages' chain of
+    thought stops at the base stops only (official read_all_docs). Each strategy's U comes from its
+    first generation (read_all_steps) or from its last one (read_all_docs: the forced call's, when
+    forcing was needed)."""
     out = {"step_answer": None, "step_score": None, "read_answer": None, "read_score": None}
     step_score = read_score = math.inf
     if s.final in ("both", "rationales"):

@@ -481,6 +481,29 @@ def test_rationales_drop_every_answer_sentence_whole(monkeypatch):
         "Dr. Who is set in London."
 
 
+def test_final_reasoning_follows_the_official_code_not_the_paper(monkeypatch):
+    """Official read_all_steps: the rationales are Context passages, the answer is regenerated (stop:
+    the base stops and a newline); read_all_docs stops at the base stops only. Not paper D.3's
+    "So the final answer is" after the last rationale with a newline stop for both."""
+    seen = []
+
+    def call(model, tok, prompt, stop, s, budget):
+        seen.append((prompt, tuple(stop)))
+        return seakr.Call("So the answer is Rome.", -7.0, common.Generation("x", [], [], "eos"), 3)
+    monkeypatch.setattr(seakr, "call", call)
+    docs = [{"id": "p1", "title": "Beta", "text": "Beta was born in Gamma."}]
+    out = seakr.reason(None, None, "P", "Q", ["Beta is a builder.", "So the answer is Gamma."], docs,
+                       seakr.Settings(delta=0.0, layer=0), seakr.Budget(0))
+    assert seen == [
+        ("P\n\nContext: [1] Beta is a builder.\nAnswer in the same format as before. \nQuestion: Q\nAnswer:",
+         seakr.BASE_STOP + ("\n",)),
+        ("P\n\nContext: [1] Beta: Beta was born in Gamma.\nAnswer in the same format as before. \nQuestion: Q\n"
+         "Answer:", seakr.BASE_STOP)]
+    assert "\n" not in seakr.BASE_STOP and ". " not in seakr.BASE_STOP
+    assert (out["step_answer"], out["read_answer"], out["answer"], out["chosen"]) == ("Rome", "Rome", "Rome", "knowledge")
+    assert "not the paper" in seakr.reason.__doc__ and "not the paper" in seakr.__doc__
+
+
 def test_forced_answer_is_100_tokens_multihop_20_simple(monkeypatch):
     seen = fake_calls(monkeypatch, "no answer here")
     s = seakr.Settings(delta=0.0, layer=0, final="rationales")
@@ -579,7 +602,13 @@ def test_citations_and_layout():
     assert "paper 3.4" in seakr.eigen_score.__doc__ and "paper 3.1" in seakr.should_retrieve.__doc__
     assert "paper 3.2" in seakr.pick_candidate.__doc__ and "paper 3.3" in seakr.choose_answer.__doc__
     assert "paper 3.3" in seakr.reason.__doc__
+    assert "paper 5.1" in seakr.uncertainty_baselines.__doc__     # the estimator ablation (there is no 4.4)
     src = inspect.getsource(seakr)
+    assert "paper 4.4" not in src
+    # 7 steps and 5 retrievals are the official README's, not paper 4.1.3's
+    assert "official README --max_reasoning_steps 7" in src.split("MAX_STEPS = 7")[1].split("\n")[0]
+    doc = " ".join(seakr.__doc__.split())
+    assert "(7 steps, 5 retrievals: the official README's;" in doc and "4.1.3 applies them" not in doc
     assert "SIMPLE_QA_N = 10        # passages tried one by one in simple QA [official eval_singlehop" in src
     assert "[paper 4.1.3" not in src.split("SIMPLE_QA_N = 10")[1].split("\n")[0]
     # calibration is no part of the method: after main(), before the entry point
