@@ -114,10 +114,12 @@ N_SHOT = 10             # in-context examples [official --n_shot]
 # other models' scores live on other scales, so each needs its own (python seakr.py --calibrate).
 THRESHOLDS = {
     "meta-llama/Llama-2-7b-chat-hf": -6.0,   # paper 5.3, official --eigen_threshold
-    # calibrated here: --calibrate on the first 30 NQ-open dev questions, before 0c352f2 changed the
-    # top-k draws (scores 2.78..4.17; the model answered 2 of 30 right unaided). Today's code on 200
-    # questions: our rule 3.69, the paper's condition met nowhere (6 of 200 right); kept: README "Thresholds"
-    "smollm2-135m": 3.01,
+    # our rule over results/nq200/seakr-calibrate.jsonl, the scores of `--calibrate --data
+    # NQ-open.dev.jsonl --limit 200` (code at 5cede81; 6 of 200 right unaided, the paper's condition met
+    # nowhere), recomputed without a model by: python -c "import json, seakr; print(seakr.threshold_table(
+    # [(r['score'], r['right']) for r in map(json.loads, open('results/nq200/seakr-calibrate.jsonl'))])['gap'])"
+    # The results up to now were made with 3.01 (the same rule on the first 30 questions, before 0c352f2)
+    "smollm2-135m": 3.69,
     # provisional: --calibrate on the first 100 NQ-open dev questions, bfloat16 on an Intel Xeon with AMX
     # (13 right unaided, AUROC 0.60; the paper's 5.3 condition met at 1.25); not yet re-run on 200
     "qwen2.5-coder-1.5b": 1.25,

@@ -57,6 +57,14 @@ def test_threshold_table_hand_computed():
     assert t["paper"] is None and t["gap"] == 2
 
 
+def test_smollm2_threshold_is_our_rule_on_the_shipped_calibration_file():
+    path = common.DATA_DIR.parent / "results" / "nq200" / "seakr-calibrate.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    t = seakr.threshold_table([(r["score"], r["right"]) for r in rows])
+    assert (t["n"], t["n_right"], t["paper"]) == (200, 6, None)
+    assert seakr.THRESHOLDS["smollm2-135m"] == t["gap"] == 3.69            # was 3.01
+
+
 def test_rerank_argmin_empty_last_and_ties_to_bm25_order():
     assert seakr.pick_candidate([-5.0, -6.5, -6.0], ["a", "b", "c"]) == 1
     assert seakr.pick_candidate([-5.0, -9.0], ["a", ""]) == 0
