@@ -2,6 +2,7 @@
 import inspect
 import json
 import math
+import types
 
 import pytest
 import torch
@@ -56,6 +57,14 @@ def test_threshold_table_hand_computed():
     assert t["paper"] is None and t["gap"] == 2
 
 
+def test_smollm2_threshold_is_our_rule_on_the_shipped_calibration_file():
+    path = common.DATA_DIR.parent / "results" / "nq200" / "seakr-calibrate.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    t = seakr.threshold_table([(r["score"], r["right"]) for r in rows])
+    assert (t["n"], t["n_right"], t["paper"]) == (200, 6, None)
+    assert seakr.THRESHOLDS["smollm2-135m"] == t["gap"] == 3.69            # was 3.01
+
+
 def test_rerank_argmin_empty_last_and_ties_to_bm25_order():
     assert seakr.pick_candidate([-5.0, -6.5, -6.0], ["a", "b", "c"]) == 1
     assert seakr.pick_candidate([-5.0, -9.0], ["a", ""]) == 0
@@ -81,9 +90,159 @@ def test_choose_answer():
     ("So the answer is St. Louis, Missouri.", "St. Louis, Missouri"),
     ("So the answer is Mt. Everest. It is the highest.", "Mt. Everest"),
     ("So the answer is Paris! Really", "Paris"),
+    # a capital letter alone before a period: an initial only when a capitalised name follows
+    ("So the answer is World War I. It ended in 1918.", "World War I"),   # was "World War I. It ended in 1918"
+    ("So the answer is Edward L. Cahn. He died in 1963.", "Edward L. Cahn"),
+    ("So the answer is Vitamin C. 1918 saw", "Vitamin C"),
+    ("So the answer is Plan B. then", "Plan B"),
+    ("Thus the answer is: U.S. Navy. Then", "U.S. Navy"),
+    # an empty answer is no answer (official check_final_step: "" is falsy)
+    ("I think. is the answer", None),                            # was ""
+    ("I think. is the answer. Rome", None),
+    ("So the answer is .", None),
 ])
 def test_extract_answer(text, answer):
     assert seakr.extract_answer(text) == answer
+
+
+def test_sentence_ends_decide_an_initial_from_what_follows():
+    assert seakr.sentences("World War I. It ended in 1918. Edward L. Cahn directed it.") == [
+        "World War I.", "It ended in 1918.", "Edward L. Cahn directed it."]
+    assert seakr.sentences("He served in the U.S. Navy. In 1918 he left the U.S. Then he died.") == [
+        "He served in the U.S. Navy.", "In 1918 he left the U.S.", "Then he died."]
+    assert seakr.sentences("Thus it is Edward L.") == ["Thus it is Edward L."]
+    text = "It is World War I. Thus, Cahn. St. Louis is a city"
+    assert seakr.sentence_ends(text) == [(17, 18), (29, 30)]      # not after "St"
+    assert text[16:18] == "I." and text[27:30] == "hn."
+
+
+def as_generated(tok, raw: str, stop) -> common.Generation:
+    """`raw` as the model's decoding returns it: tokens up to the one whose decoded prefix first holds
+    a stop string (that token kept), the text cut before the stop (common._decode does the same)."""
+    ids = tok(raw, add_special_tokens=False)["input_ids"]
+    for n in range(1, len(ids) + 1):
+        text = tok.decode(ids[:n], skip_special_tokens=True)
+        hits = [(text.find(x), x) for x in stop if x in text]
+        if hits:
+            at, x = min(hits)
+            return common.Generation(text[:at], ids[:n], [0.0] * n, x)
+    return common.Generation(tok.decode(ids, skip_special_tokens=True), ids, [0.0] * len(ids), "eos")
+
+
+# (what the model writes, the step's text once the stops cut it, the answer that ends the loop)
+FINAL_STEPS = [
+    ("So the answer is Paris.\n\nQuestion:", "So the answer is Paris.", "Paris"),
+    ("So the answer is Paris. It is in France.", "So the answer is Paris", "Paris"),     # official: not final
+    ("So the answer is Edward L. Cahn.\n\n", "So the answer is Edward L", None),        # was "Edward L"
+    ("So the answer is St. Louis.\n\n", "So the answer is St", None),                    # was "St"
+    ("So the answer is World War I. It ended in 1918.", "So the answer is World War I", "World War I"),
+    ("Edward L. Cahn directed it.", "Edward L", None),
+]
+
+
+@pytest.mark.parametrize("raw,text,answer", FINAL_STEPS)
+def test_final_step_guards_an_answer_cut_inside_a_name(real_tok, raw, text, answer):
+    g = as_generated(real_tok, raw, seakr.stop_strings(False, final=False))
+    assert g.text.strip() == text
+    after = seakr.continuation(real_tok, g)
+    assert after.startswith(g.finish)            # the stop string, then the rest of the token that completed it
+    assert seakr.step_answer(real_tok, g) == answer
+    assert seakr.final_answer(g.text) == seakr.extract_answer(text)     # the text alone cannot tell
+
+
+def test_final_answer_by_hand():
+    assert seakr.final_answer("So the answer is Paris.") == "Paris"
+    assert seakr.final_answer("So the answer is Paris", ". It is") == "Paris"
+    assert seakr.final_answer("So the answer is Edward L", ". Cahn") is None
+    assert seakr.final_answer("So the answer is Edward L", ". C") is None           # a partial token
+    assert seakr.final_answer("So the answer is St", ". Louis") is None
+    assert seakr.final_answer("So the answer is St", ". ") is None
+    assert seakr.final_answer("So the answer is Edward L") == "Edward L"            # ended by EOS
+    assert seakr.final_answer("So the answer is Paris", "\nQuestion") == "Paris"
+    assert seakr.final_answer("I think. is the answer") is None                     # was ""
+    assert seakr.final_answer("Cahn directed it", ". So") is None
+    assert seakr.continuation(None, common.Generation("So", [1], [0.0], "eos")) == ""
+
+
+def scripted(monkeypatch, tok, replies: list):
+    """A scripted model: seakr.call and seakr.call_many answer each prompt with the next of `replies`
+    (what the model writes, cut at the call's stops as decoding cuts it, or a Generation as it is),
+    with U = -7; seakr.reason is stubbed out. Returns the (prompt, stop) pairs asked."""
+    asked = []
+
+    def one(prompt, stop, budget):
+        budget.calls += 1
+        asked.append((prompt, tuple(stop)))
+        r = replies.pop(0)
+        g = r if isinstance(r, common.Generation) else as_generated(tok, r, stop)
+        return seakr.Call(g.text.strip(), -7.0, g, 20)
+    monkeypatch.setattr(seakr, "call", lambda model, t, prompt, stop, s, budget: one(prompt, stop, budget))
+    monkeypatch.setattr(seakr, "call_many", lambda model, t, prompts, stop, s, budget:
+                        [one(x, stop, budget) for x in prompts])
+    monkeypatch.setattr(seakr, "reason", lambda *a: {"answer": None, "chosen": "knowledge"})
+    return asked
+
+
+@pytest.mark.parametrize("first,steps", [
+    ("So the answer is Paris.\n\n", ["So the answer is Paris."]),
+    ("So the answer is Paris. It is in France.", ["So the answer is Paris"]),
+    ("So the answer is Edward L. Cahn.\n\n", ["So the answer is Edward L", "So the answer is Edward Cahn."]),
+    ("So the answer is St. Louis.\n\n", ["So the answer is St", "So the answer is Edward Cahn."]),
+])
+def test_loop_goes_on_after_an_answer_cut_inside_a_name(real_tok, monkeypatch, first, steps):
+    asked = scripted(monkeypatch, real_tok, [first, "So the answer is Edward Cahn.\n\n"])
+    s = seakr.Settings(delta=0.0, layer=0)          # U = -7 <= 0: every step certain, no retrieval
+    out = seakr.solve_multihop(None, real_tok, common.BM25(CORPUS), "P", "Q", s, seakr.Budget(0))
+    assert [st["text"] for st in out["trace"]["steps"]] == steps and out["retrievals"] == 0
+    assert len(asked) == len(steps)
+    if len(steps) == 2:      # the cut step is fed back as a step of its own
+        assert asked[1] == ("P\n\nAnswer in the same format as before. \nQuestion: Q\nAnswer: " + steps[0] + ".",
+                            seakr.stop_strings(True, final=False))
+
+
+def test_loop_goes_on_after_an_empty_answer(real_tok, monkeypatch):
+    text = "I think. is the answer"
+    ids = real_tok(text, add_special_tokens=False)["input_ids"]
+    asked = scripted(monkeypatch, real_tok, [common.Generation(text, ids, [0.0] * len(ids), "eos"),
+                                             "So the answer is Rome.\n"])
+    out = seakr.solve_multihop(None, real_tok, common.BM25(CORPUS), "P", "Q", seakr.Settings(delta=0.0, layer=0),
+                               seakr.Budget(0))
+    assert len(asked) == 2 and [st["text"] for st in out["trace"]["steps"]] == [text, "So the answer is Rome."]
+
+
+def test_ircot_does_not_end_on_an_answer_cut_inside_a_name(real_tok, monkeypatch):
+    replies = ["Beta was born in Gamma, so the answer is St. Louis.\n\n", "So the answer is Saint Louis.\n\n"]
+    seen = []
+
+    def greedy(model, tok, prompt, max_new_tokens=64, stop=()):
+        seen.append(prompt)
+        return as_generated(tok, replies.pop(0), stop)
+    monkeypatch.setattr(seakr.common, "greedy", greedy)
+    s = seakr.Settings(delta=0.0, layer=0, retrieve="ircot")
+    out = seakr.solve_multihop(None, real_tok, common.BM25(CORPUS), "P", "Where was Beta born?", s,
+                               seakr.Budget(0))
+    assert [st["text"] for st in out["trace"]["steps"]] == ["Beta was born in Gamma, so the answer is St",
+                                                           "So the answer is Saint Louis."]
+    assert out["prediction"] == "Saint Louis" and out["retrievals"] == 2 == len(seen)   # was "St" after one step
+
+
+@pytest.mark.parametrize("mode,retrievals", [("adaptive", 0), ("no-sa-retrieval", 1)])
+def test_no_sa_retrieval_retrieves_for_a_first_step_that_names_an_answer(real_tok, monkeypatch, mode, retrievals):
+    """Paper 5.1's "- S.A. Retrieval" retrieves for every generation step; SeaKR itself never checks
+    a final answer (official order)."""
+    asked = scripted(monkeypatch, real_tok, ["So the answer is Gamma.\n\n"] * 4)
+    s = seakr.Settings(delta=0.0, layer=0, retrieve=mode)     # U = -7: certain
+    out = seakr.solve_multihop(None, real_tok, common.BM25(CORPUS), "P", "Where was Beta born?", s,
+                               seakr.Budget(0))
+    first = out["trace"]["steps"][0]
+    assert out["retrievals"] == retrievals == int(first["retrieved"])        # was 0 for both
+    if retrievals:
+        hits = [h["id"] for h in common.BM25(CORPUS).search("Gamma", 3)]
+        assert first["query"] == "Gamma" and [c["id"] for c in first["candidates"]] == hits
+        assert out["trace"]["passages"] == hits[:1]          # equal U: BM25's first
+        assert len(asked) == 1 + len(hits) and "Context: [1] Gamma: Gamma is a city" in asked[1][0] + asked[2][0]
+    else:
+        assert len(asked) == 1
 
 
 def test_prompt_format():
@@ -332,6 +491,30 @@ def test_rationales_drop_every_answer_sentence_whole(monkeypatch):
         "Dr. Who is set in London."
 
 
+def test_final_reasoning_follows_the_official_code_not_the_paper(monkeypatch):
+    """Official read_all_steps: the rationales are Context passages, the answer is regenerated (stop:
+    the base stops and a newline); read_all_docs stops at the base stops only. Not paper D.3's
+    "So the final answer is" after the last rationale with a newline stop for both."""
+    seen = []
+
+    def call(model, tok, prompt, stop, s, budget):
+        seen.append((prompt, tuple(stop)))
+        return seakr.Call("So the answer is Rome.", -7.0, common.Generation("x", [], [], "eos"), 3)
+    monkeypatch.setattr(seakr, "call", call)
+    docs = [{"id": "p1", "title": "Beta", "text": "Beta was born in Gamma."}]
+    out = seakr.reason(None, None, "P", "Q", ["Beta is a builder.", "So the answer is Gamma."], docs,
+                       seakr.Settings(delta=0.0, layer=0), seakr.Budget(0))
+    assert seen == [
+        ("P\n\nContext: [1] Beta is a builder.\nAnswer in the same format as before. \nQuestion: Q\nAnswer:",
+         seakr.BASE_STOP + ("\n",)),
+        ("P\n\nContext: [1] Beta: Beta was born in Gamma.\nAnswer in the same format as before. \nQuestion: Q\n"
+         "Answer:", seakr.BASE_STOP)]
+    assert "\n" not in seakr.BASE_STOP and ". " not in seakr.BASE_STOP
+    assert (out["step_answer"], out["read_answer"]) == ("Rome", "Rome")
+    assert (out["answer"], out["chosen"]) == ("Rome", "knowledge")
+    assert "not the paper" in seakr.reason.__doc__ and "not the paper" in seakr.__doc__
+
+
 def test_forced_answer_is_100_tokens_multihop_20_simple(monkeypatch):
     seen = fake_calls(monkeypatch, "no answer here")
     s = seakr.Settings(delta=0.0, layer=0, final="rationales")
@@ -430,7 +613,13 @@ def test_citations_and_layout():
     assert "paper 3.4" in seakr.eigen_score.__doc__ and "paper 3.1" in seakr.should_retrieve.__doc__
     assert "paper 3.2" in seakr.pick_candidate.__doc__ and "paper 3.3" in seakr.choose_answer.__doc__
     assert "paper 3.3" in seakr.reason.__doc__
+    assert "paper 5.1" in seakr.uncertainty_baselines.__doc__     # the estimator ablation (there is no 4.4)
     src = inspect.getsource(seakr)
+    assert "paper 4.4" not in src
+    # 7 steps and 5 retrievals are the official README's, not paper 4.1.3's
+    assert "official README --max_reasoning_steps 7" in src.split("MAX_STEPS = 7")[1].split("\n")[0]
+    doc = " ".join(seakr.__doc__.split())
+    assert "(7 steps, 5 retrievals: the official README's;" in doc and "4.1.3 applies them" not in doc
     assert "SIMPLE_QA_N = 10        # passages tried one by one in simple QA [official eval_singlehop" in src
     assert "[paper 4.1.3" not in src.split("SIMPLE_QA_N = 10")[1].split("\n")[0]
     # calibration is no part of the method: after main(), before the entry point
@@ -444,27 +633,55 @@ def test_citations_and_layout():
 # Calibration: a run file with the eigen score and the paper's simpler estimators beside it
 
 def test_uncertainty_baselines_hand_computed():
-    gen = common.Generation(text="Paris", token_ids=[5, 6], logprobs=[-1.0, -3.0], finish="\n")
+    # the token that completed the stop "\n" (log p -5) is not scored (official compute_perplexity)
+    gen = common.Generation(text="Paris", token_ids=[5, 6, 7], logprobs=[-1.0, -3.0, -5.0], finish="\n")
     c = seakr.Call("Paris", 0.5, gen, samples=2, sample_nll=[1.0, 2.0])
     got = seakr.uncertainty_baselines(c)
-    assert got["mean_logprob"] == -2.0
-    assert got["perplexity"] == pytest.approx(math.exp(2.0), abs=1e-4)
+    assert got["mean_logprob"] == -2.0                                  # was -3.0
+    assert got["perplexity"] == pytest.approx(math.exp(2.0), abs=1e-4)  # was e^3
     assert got["multi_perplexity"] == pytest.approx((math.e + math.exp(2.0)) / 2, abs=1e-4)
     assert got["ln_entropy"] == 1.5 and got["samples"] == 2
+    # at EOS every generated token is scored (the entry official drops is EOS's own); at the length
+    # limit the last token is not (official overwrites it with EOS)
+    assert seakr.scored_logprobs(common.Generation("Paris", [5, 6], [-1.0, -3.0], "eos")) == [-1.0, -3.0]
+    assert seakr.scored_logprobs(common.Generation("Paris", [5, 6], [-1.0, -3.0], "length")) == [-1.0]
+    one = seakr.uncertainty_baselines(seakr.Call("P", 0.5, common.Generation("P", [5], [-1.0], ". ")))
+    assert one["perplexity"] is None and one["mean_logprob"] is None      # nothing scored (official: 1e3)
     empty = seakr.uncertainty_baselines(seakr.Call("", math.inf, common.Generation("", [], [], "eos")))
     assert empty == {"mean_logprob": None, "perplexity": None, "multi_perplexity": None, "ln_entropy": None,
                      "samples": 0}
 
 
-def test_call_keeps_each_usable_samples_mean_log_prob(tiny):
+def test_call_keeps_each_samples_mean_log_prob_as_official(tiny):
     model, tok = tiny
     s = seakr.Settings(delta=0.0, layer=1, k=5)
     c = seakr.call(model, tok, "Question: ab\nAnswer:", ("\n",), s, seakr.Budget(seed=3))
     gens = common.sample(model, tok, "Question: ab\nAnswer:", 5, temperature=seakr.TEMPERATURE, top_k=seakr.TOP_K,
                          top_p=seakr.TOP_P, max_new_tokens=seakr.MAX_NEW_TOKENS, stop=("\n",), seed=4,
                          with_greedy=True)[1:]
-    want = [-sum(g.logprobs) / len(g.logprobs) for g in gens if g.text.strip()]
-    assert len(c.sample_nll) == c.samples == len(want) and c.sample_nll == pytest.approx(want, abs=1e-5)
+    scored = [g.logprobs if g.finish == "eos" else g.logprobs[:-1] for g in gens]
+    want = [-sum(lp) / len(lp) for lp in scored if lp]
+    assert c.sample_nll == pytest.approx(want, abs=1e-5)
+
+
+def test_sample_nll_scores_every_sample_without_its_stop_token(monkeypatch):
+    """Official multi-perplexity (its `ln_entropy`): every sample with a scored token, empty text
+    included; the token that completed a stop string is not scored. U: the non-empty samples only."""
+    h = torch.eye(4)
+    gens = [common.Generation("Paris", [1, 2], [-0.1, -0.2], ". "),                # greedy
+            common.Generation("Paris", [1, 2, 3], [-1.0, -2.0, -4.0], ". ", h[0]),  # scored -1, -2: 1.5
+            common.Generation("", [4, 5], [-2.0, -6.0], "\n", h[1]),               # empty text, scored -2: 2.0
+            common.Generation("Rome", [6], [-3.0], "eos", h[2]),                   # at EOS all scored: 3.0
+            common.Generation("Lyon", [7], [-7.0], ". ", h[3])]                    # nothing scored
+    monkeypatch.setattr(seakr.common, "sample_many", lambda *a, **k: [gens])
+    monkeypatch.setattr(seakr.common, "decoder_layers", lambda model: [types.SimpleNamespace(mlp=None)])
+    c = seakr.call(None, None, "P", (". ",), seakr.Settings(delta=0.0, layer=0, k=4), seakr.Budget(0))
+    assert c.sample_nll == [1.5, 2.0, 3.0]                     # was [7/3, 3.0, 7.0]: non-empty, every token
+    assert c.samples == 3 and c.score == pytest.approx(seakr.eigen_score(h[[0, 2, 3]]))
+    got = seakr.uncertainty_baselines(c)
+    assert got["multi_perplexity"] == pytest.approx((math.exp(1.5) + math.exp(2.0) + math.exp(3.0)) / 3, abs=1e-4)
+    assert got["ln_entropy"] == pytest.approx(6.5 / 3, abs=1e-4)
+    assert got["perplexity"] == pytest.approx(math.exp(0.1), abs=1e-4)        # greedy: the stop token unscored
 
 
 def test_calibration_writes_a_resumable_run_file(tiny, monkeypatch, tmp_path, capsys):
