@@ -32,11 +32,13 @@ Differs from the official code in:
 - perturbations: numbering, bullets and quotes are stripped, empty and header lines ("...:") dropped, at
   most k kept (official: every output line, blanks and "Sure! Here are..." included, no cap); if none is
   left, x0 itself is the only question;
-- True/False verdicts are read strictly (read_yes_no): every yes/no word must agree, a negation ("not",
-  "never", "n't") flips the word after it, single-character Chinese words count only standing alone; else
-  None, which counts as not consistent. The official `is_supported` reads "No." and "" as True;
-- StrategyQA compares labels without a judge, as the official code does, but with the same strict reader
-  in both languages (official `is_supported_zh` reads "否，不是" as True); unreadable labels never agree;
+- True/False verdicts (read_yes_no): the reply's first verdict word, flipped by a negation that governs it
+  ("not true", "isn't true"); an echoed choice ("(True or False)") and a "no" before a noun ("no
+  contradiction") are no verdicts; single-character Chinese words count only standing alone; a reply
+  without a verdict is None, which counts as not consistent. The official `is_supported` reads "No." and
+  "" as True, and "True. It is not false" as False (the later of "true" and "false" wins);
+- StrategyQA compares labels without a judge, as the official code does, but with the same reader in
+  both languages (official `is_supported_zh` reads "否，不是" as True); unreadable labels never agree;
 - thresholds: 0.6 CL and 0.8 CM (paper 5.4; official 0.5 everywhere); hybrid 0.5, the official default,
   as the paper gives none (see default_threshold);
 - answers are cleaned (clean_answer): a leading label echoed from the prompt ("Your Short Answer:",
@@ -198,12 +200,19 @@ def parse_perturbations(text: str, k: int) -> list[str]:
     return questions[:k]
 
 
-# A negation flips the yes/no word right after it: "not True", "isn't true", "never correct", "not really true".
-_NEGATION = r"(?:\b(?:not|never|cannot)|n't(?:\s+be)?)\s+(?:(?:really|quite|entirely|necessarily|actually|exactly|completely|always)\s+)?[\"'“‘*]*"
+# A negation flips the verdict word it governs, and only that one: "not True", "isn't true", "can't be true",
+# "not really true"; the "not" of "True, I do not doubt it" governs no verdict word.
+_NEGATION = r"(?:\b(?:not|never|cannot)|n't)(?:\s+be)?\s+(?:(?:really|quite|entirely|necessarily|actually|exactly|completely|always)\s+)?[\"'“‘*]*"
 # subtle: a one-character CJK word (是 yes, 对 right, 否 no) is part of other words everywhere ("不是",
 # "对不起" sorry, "但是" but, "是否" whether, "这是" this is); it counts only standing alone: after the start,
 # a space or punctuation, and before the end, a space, punctuation or 的 ("是的", "对的").
 _ALONE_BEFORE, _ALONE_AFTER = r"(?<![^\W\d_])", r"(?=$|[^\w]|的)"
+# subtle: "no" is also a determiner ("True, there is no contradiction"), and so are its kin in other
+# languages; such a word is a verdict only where an answer word stands: at the start of the reply or of a
+# clause (after punctuation), or right before punctuation or the end ("The answer is no.").
+_ANSWER_WORDS = {"yes", "no", "ja", "nein", "oui", "non"}
+# the choice a prompt offers, echoed back: "Your response (True or False): ...", "yes/no", "是或否"
+_CHOICE = re.compile(r"\s*(?:or|oder|ou|/|或|或者|または)\s*")
 
 
 def _yes_no_pattern(language: str) -> re.Pattern:
@@ -219,17 +228,35 @@ def _yes_no_pattern(language: str) -> re.Pattern:
     return re.compile("(" + _NEGATION + ")?(" + "|".join(alts) + ")")
 
 
-def read_yes_no(text: str, language: str = "English") -> bool | None:
-    """A verdict or a yes/no label: True, False, or None when the text does not commit to one.
+def _stands_as_answer(text: str, m: re.Match) -> bool:
+    if m.group(2) not in _ANSWER_WORDS:
+        return True
+    before, after = text[:m.start()].rstrip(), text[m.end():].lstrip()
+    return not before or not before[-1].isalnum() or not after or not after[0].isalnum()
 
-    Every yes/no word (true, false, yes, no and the target language's) must agree; a negation before one
-    flips it ("not True", "isn't true" are False). So "True." -> True, "No." -> False, "True or False" ->
-    None, "" -> None, "对不起，我不知道" -> None. The official `is_supported` lets the later first occurrence
-    win and falls back to True: it reads "No." and "" as True and "True. It is not false" as False."""
-    pattern = _yes_no_pattern(language)
+
+def read_yes_no(text: str, language: str = "English") -> bool | None:
+    """A verdict or a yes/no label: the first verdict word of the reply (true, false, yes, no and the target
+    language's), flipped by a negation that governs it; None when the reply gives none.
+
+    So "True." -> True, "True, there is no contradiction." -> True, "No." -> False, "It isn't true." -> False,
+    "Your response (True or False): False." -> False (the offered choice "True or False" is no verdict),
+    "True or False" -> None, "" -> None, "对不起，我不知道" -> None. The official `is_supported` also reads
+    the verdict word, but lets the later of "true" and "false" win when both occur ("True. It is not false"
+    -> False) and falls back to True when neither does, so it reads "No." and "" as True."""
+    text = (text or "").lower()
     yes = {w.lower() for w in YES_NO["English"][0] + YES_NO[language][0]}
-    seen = {(m.group(2) in yes) != bool(m.group(1)) for m in pattern.finditer((text or "").lower())}
-    return seen.pop() if len(seen) == 1 else None
+    found = list(_yes_no_pattern(language).finditer(text))
+    i = 0
+    while i < len(found):
+        m = found[i]
+        if i + 1 < len(found) and _CHOICE.fullmatch(text[m.end():found[i + 1].start()]):
+            i += 2          # "true or false": the choice echoed, not a verdict
+            continue
+        if _stands_as_answer(text, m):
+            return (m.group(2) in yes) != bool(m.group(1))
+        i += 1
+    return None
 
 
 def consistency_score(verdicts: list) -> float:
@@ -267,7 +294,7 @@ def label_checks(answers: list[str], others: list[str], language: str = "English
 
 
 def yes_no_label(text: str) -> str:
-    """A committed "yes" / "no", or "unknown" (scored wrong), never a guess from a mixed answer."""
+    """The answer's verdict as "yes" / "no", or "unknown" (scored wrong) when it gives none (read_yes_no)."""
     return {True: "yes", False: "no"}.get(read_yes_no(text), "unknown")
 
 

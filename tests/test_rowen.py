@@ -37,16 +37,29 @@ def test_perturbations_numbering_headers_blanks_and_cap():
     ("False.", False), ("false", False), ("False", False),
     ("No.", False),                          # official is_supported: True
     ("", None), ("I cannot say", None),      # official: True and False (fallback keywords)
-    ("True or False", None), ("False. but true", None),          # mixed: no commitment
     ("True. It is not false", True),         # official: False ("false" comes later)
     ("It is not true.", False), ("untrue", None),                # whole words only
-    # a negation flips the word after it (old reader: "isn't true" -> True)
+    # a negation flips the word it governs (an old reader: "isn't true" -> True)
     ("not True", False), ("It isn't true.", False), ("That can't be true.", False), ("never correct", None),
     ("It is not really true.", False), ("It is not \"True\".", False), ("Not false.", True),
+    ("That cannot be true.", False),
     # ...and nothing else does: "not" elsewhere, or "no" in "cannot", leaves the verdict alone
     ("True, I do not doubt it.", True), ("I cannot say. True.", True), ("knot true", True),
 ])
-def test_verdict_parsing_is_strict(text, verdict):
+def test_verdict_parsing(text, verdict):
+    assert rowen.read_yes_no(text) is verdict
+
+
+@pytest.mark.parametrize("text,verdict", [
+    # the first verdict word decides; the old reader wanted every yes/no word to agree and gave None
+    ("True, there is no contradiction.", True), ("True. Both say no.", True), ("False. but true", False),
+    ("There is no contradiction, so True.", True),     # "no" before a noun is no verdict
+    ("The answer is no.", False), ("No, it is not.", False), ("Yes, no doubt.", True),
+    # the choice the prompt offered, echoed back, is no verdict (first word "True" would misread False)
+    ("Your response (True or False): True.", True), ("Your response (True or False): False.", False),
+    ("True or False", None), ("yes/no: no", False), ("True or False?", None),
+])
+def test_verdict_is_the_first_verdict_word(text, verdict):
     assert rowen.read_yes_no(text) is verdict
 
 
@@ -54,7 +67,8 @@ def test_verdict_parsing_is_strict(text, verdict):
     ("是", "Chinese", True), ("是的。", "Chinese", True), ("否", "Chinese", False),
     ("否，不是", "Chinese", False),            # official is_supported_zh: True (the 是 in 不是)
     ("不是", "Chinese", False), ("不正确", "Chinese", False), ("正确", "Chinese", True),
-    ("True", "Chinese", True), ("是，否", "Chinese", None), ("是，但不是", "Chinese", None), ("我不知道", "Chinese", None),
+    ("True", "Chinese", True), ("我不知道", "Chinese", None),
+    ("是，否", "Chinese", True), ("是，但不是", "Chinese", True), ("是或否：否", "Chinese", False),  # the first verdict
     # a one-character word counts only standing alone (old reader: all True)
     ("对不起，我不知道", "Chinese", None), ("对于这个问题", "Chinese", None), ("这是一个问题", "Chinese", None),
     ("但是我不确定", "Chinese", None), ("对。", "Chinese", True), ("对的", "Chinese", True), ("是 ", "Chinese", True),
@@ -296,6 +310,18 @@ def test_truthfulqa_pipeline_hand_computed(monkeypatch, tiny):
     assert TQA["question"] in repair and "Let me think. It is visible." in repair and tr["evidence"][0] in repair
     out, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA)        # the default hybrid threshold 0.5: 1.0 keeps r0
     assert out["trace"]["threshold"] == 0.5 and out["trace"]["decision"] is False
+
+
+def test_judge_replies_that_say_no_in_passing_read_true(monkeypatch, tiny):
+    # every judge answers "True" and goes on with a "no": the old reader wanted all yes/no words to agree,
+    # read each as None (not consistent), so Z was 0.00 instead of 2.00 and the method retrieved
+    rules = {**TQA_RULES, "M": [("answer A in English", "True, there is no contradiction."),
+                                ("QA pair 1", "True. Both say no.")] + TQA_RULES["M"]}
+    out, _ = run_scripted(monkeypatch, tiny, rules, TQA)
+    tr = out["trace"]
+    assert tr["cl_verdicts"] == [True] * 3 and tr["cm_verdicts"] == [True] * 3
+    assert tr["z"] == 2.0 and tr["decision"] is False and out["retrievals"] == 0
+    assert out["prediction"] == tr["initial_answer"] == "Yes, it can be seen."
 
 
 def test_decision_follows_z_and_the_baselines(monkeypatch, tiny):
