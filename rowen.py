@@ -42,8 +42,9 @@ Differs from the official code in:
 - thresholds: 0.6 CL and 0.8 CM (paper 5.4; official 0.5 everywhere); hybrid 0.5, the official default,
   as the paper gives none (see default_threshold);
 - answers are cleaned (clean_answer): a leading label echoed from the prompt ("Your Short Answer:",
-  "**Answer:**", "你的简短回答：") is stripped, and short answers, labels and queries keep their first line
-  (official: the raw stripped text is the answer); a translation keeps its first line too;
+  "**Answer:**", "你的简短回答：") is stripped, and short answers, labels, translations and queries keep
+  their first line that does not introduce the answer ("Here is the translation:", "..., the answer is:")
+  (official: the raw stripped text is the answer);
 - StrategyQA search queries are reformulated greedily (paper 4.3 "otherwise 0.0"; official T = 1.0) and
   only their first line is kept; a passage found by several queries enters the evidence once, as "title: text";
 - every call has a token cap (official: none); the verifier's StrategyQA final prompt is filled in (official
@@ -341,15 +342,26 @@ def strip_labels(text: str) -> str:
     return text
 
 
+# A line that introduces the answer instead of giving it: "Based on my reasoning above, the answer is:",
+# "Here is the translation:", "The answer is".
+_INTRO = re.compile(r"(?:[:：]|\bis)$", re.I)
+
+
+def introduces_answer(line: str) -> bool:
+    """Whether a line introduces the answer (ends in ":" or "is", markdown aside): it is never the answer."""
+    return bool(_INTRO.search(line.strip().rstrip("*_ ")))
+
+
 def clean_answer(text: str, task: str) -> str:
     """The answer without a leading label echoed from the prompt ("Your revised short answer:", "**Answer:**",
-    "你的简短回答：") and its markdown. TruthfulQA answers are free text; StrategyQA, short-answer QA and
-    search queries keep their first non-empty line, taken after the labels are gone, so that
-    "Your revised short answer:\nParis" gives "Paris", not "" [ours; official: the raw stripped text]."""
+    "你的简短回答：") and its markdown. TruthfulQA answers are free text; StrategyQA, short-answer QA,
+    translations and search queries keep their first line that is neither empty nor an introduction
+    (introduces_answer), taken after the labels are gone: "Your revised short answer:\nParis" and "Based on
+    my reasoning above, the answer is:\nParis" both give "Paris" [ours; official: the raw stripped text]."""
     text = strip_labels(text)
     if task == "truthfulqa":
         return text
-    line = next((l.strip() for l in text.split("\n") if l.strip()), "")
+    line = next((l.strip() for l in text.split("\n") if l.strip() and not introduces_answer(l)), "")
     return strip_labels(line).strip("*_ \"“”").strip()
 
 

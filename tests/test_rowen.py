@@ -124,6 +124,14 @@ def test_clean_answer_and_task():
     # not labels: kept as they are
     ("SALMON FIRST: Yes", "qa", "SALMON FIRST: Yes"), ("The answer is Paris.", "qa", "The answer is Paris."),
     ("Answering machines: 1971", "qa", "Answering machines: 1971"), ("你的简短回答中，我们可以看到。", "qa", "你的简短回答中，我们可以看到。"),
+    # a line that introduces the answer is never the answer (it used to replace it)
+    ("Based on my reasoning above, the answer is:\nFalse", "strategyqa", "False"),
+    ("Here is the translation:\n长城从月球上看得见吗？", "qa", "长城从月球上看得见吗？"),
+    ("The answer is\n\n**Paris**", "qa", "Paris"), ("**So the final verdict is:**\nTrue", "strategyqa", "True"),
+    ("Based on my reasoning above, the answer is:", "qa", ""),          # no answer given: unknown
+    ("So:\nThe answer is: Yes", "qa", "Yes"),
+    # TruthfulQA answers are free text: an opening line ending in ":" is part of it
+    ("No, for two reasons:\n1. It is narrow.", "truthfulqa", "No, for two reasons:\n1. It is narrow."),
 ])
 def test_clean_answer_strips_labels_before_the_first_line(text, task, answer):
     assert rowen.clean_answer(text, task) == answer
@@ -155,6 +163,21 @@ def test_strategyqa_label_on_its_own_line_is_read(monkeypatch, tiny):
     out, _ = run_scripted(monkeypatch, tiny, rules, SQA, threshold=1.1)
     assert out["trace"]["final_answer"] == "False" and out["prediction"] == "no"
     assert out["trace"]["repair_output"] == "Your final answer (True or False):\nFalse"      # kept raw
+
+
+def test_an_opening_line_that_introduces_the_answer_is_not_the_answer(monkeypatch, tiny):
+    # the repair opens with an introduction: the old clean_answer kept it as the answer, read no verdict in it
+    # and predicted "unknown" for a gold "no"
+    rules = {**SQA_RULES, "M": [("Search results:", "Based on my reasoning above, the answer is:\nFalse")] + SQA_RULES["M"]}
+    out, _ = run_scripted(monkeypatch, tiny, rules, SQA, threshold=1.1)
+    assert out["trace"]["final_answer"] == "False" and out["prediction"] == "no"
+    # a translation that opens with "Here is the translation:" was the translated question itself
+    rules = {**TQA_RULES, "M": [("Translate this sentence", lambda u: "Here is the translation:\nZH:" + u.split("\n")[-1])]
+             + TQA_RULES["M"]}
+    out, script = run_scripted(monkeypatch, tiny, rules, TQA, threshold=1.1)
+    xs = out["trace"]["perturbed_questions"]
+    assert out["trace"]["translations"] == ["ZH:" + x for x in xs]
+    assert not any("Here is the translation" in u for _, us in script.batches for u in us if "我的问题" in u)
 
 
 def test_own_prompts_end_in_an_instruction_and_the_repair_asks_the_question_last():
