@@ -29,9 +29,10 @@ Differs from the official code in:
   Serper's at most int(5/2) = 2 snippets (official _parse_results);
 - the perturbation prompt is the sentence paper 3.2.1 prints, with the question on the next line (the
   official template words it differently and ends in a "SEMANTICALLY EQUIVALENT PERTERBATIONS:" label);
-- perturbations: numbering, bullets and quotes are stripped, empty and header lines ("...:") dropped, at
-  most k kept (official: every output line, blanks and "Sure! Here are..." included, no cap); if none is
-  left, x0 itself is the only question;
+- perturbations: numbering, bullets and quotes are stripped; empty and header lines ("...:"), an echoed
+  "ORIGINAL QUESTION: ..." and copies of x0 dropped; where the output has list items or questions, only
+  they count (no "Sure, here are 6 ..." preamble); at most k kept (official: every output line, blanks and
+  "Sure! Here are..." included, no cap); if none is left, x0 itself is the only question;
 - True/False verdicts (read_yes_no): the reply's first verdict word, flipped by a negation that governs it
   ("not true", "isn't true"); an echoed choice ("(True or False)") and a "no" before a noun ("no
   contradiction") are no verdicts; single-character Chinese words count only standing alone; a reply
@@ -184,20 +185,35 @@ YES_NO = {"English": (("yes", "true"), ("no", "false")),
 # ----------------------------------------------------------------------------------------------
 # The detection and the decision (pure functions)
 
-_NUMBERING = re.compile(r"^(?:\d+\s*[.):]|[-*•])\s*")
+# a list item's mark, markdown emphasis around it included: "1.", "2)", "**3.**", "- ", "* ", "• "
+_NUMBERING = re.compile(r"^[*_]*(?:\d+\s*[.):]|[-*•](?=\s))[*_]*\s*")
+# the prompt's own label echoed, with x0 after it
+_ECHO = re.compile(r"^(?:original|queried)\s+question\b", re.I)
 
 
-def parse_perturbations(text: str, k: int) -> list[str]:
-    """The perturbed questions X = {x^1..x^k} (paper 3.2.1) from the perturbation output: one per line,
-    numbering ("1.", "2)"), bullets and quotes stripped, empty and header lines ("...:") dropped, at most k.
+def _same_question(a: str, b: str) -> bool:
+    norm = lambda s: " ".join(s.lower().rstrip("?？ ").split())
+    return norm(a) == norm(b)
+
+
+def parse_perturbations(text: str, k: int, question: str = "") -> list[str]:
+    """The perturbed questions X = {x^1..x^k} (paper 3.2.1) from the perturbation output, at most k.
+
+    One per line, numbering ("1.", "2)", "**3.**"), bullets and quotes stripped; dropped: empty and header
+    lines ("...:"), the prompt's "ORIGINAL QUESTION: ..." echoed and any copy of x0 (`question`): X holds
+    the perturbations only, as in paper 3.2.1 and the official code. Where the output has list items or
+    questions ("...?"), only those count, so a preamble ("Sure, here are 6 semantically equivalent
+    questions.") or a closing remark is no question; otherwise every remaining line does.
 
     The official parser only removes "^\\d+\\.\\s" and keeps every line, so "Sure! Here are 6..." and
-    blank lines became questions that were translated, answered and scored."""
-    questions = []
+    blank lines became questions that were translated, answered, scored and searched for."""
+    lines = []
     for line in text.split("\n"):
-        line = _NUMBERING.sub("", line.strip()).strip().strip("\"'*").strip()
-        if line and not line.endswith(":"):
-            questions.append(line)
+        listed = bool(_NUMBERING.match(line.strip()))
+        line = _NUMBERING.sub("", line.strip()).strip().strip("\"'*“”").strip()
+        if line and not line.endswith((":", "：")) and not _ECHO.match(line) and not _same_question(line, question):
+            lines.append((line, listed))
+    questions = [q for q, listed in lines if listed or q.endswith(("?", "？"))] or [q for q, _ in lines]
     return questions[:k]
 
 
@@ -446,7 +462,7 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
     # Stage 2 first: the perturbed questions (the one sampled call) and, for Rowen-CL, their translations.
     # They do not depend on Stage 1, so M then answers x0, the x^j and the translated x^j in ONE batch.
     raw = perturb(main_lm, x0, s, calls, common.question_seed(s.seed, record["id"]))
-    xs = parse_perturbations(raw, s.k) or [x0]
+    xs = parse_perturbations(raw, s.k, x0) or [x0]
     xts = []
     if cl:
         xts = ask(main_lm, [TRANSLATE.format(language=lang, text=x) for x in xs], s.max_tokens["translate"], calls, "main")

@@ -32,6 +32,32 @@ def test_perturbations_numbering_headers_blanks_and_cap():
     assert rowen.parse_perturbations("", 6) == [] and rowen.parse_perturbations("\n \n", 6) == []
 
 
+@pytest.mark.parametrize("text,questions", [
+    # a preamble sentence was kept as a paraphrase (and so as a search query)
+    ("Sure, here are 6 semantically equivalent questions.\n1. What is A?\n2. What is B?", ["What is A?", "What is B?"]),
+    ("Sure, here are 6 semantically equivalent questions.\nWhat is A?\nWhat is B?", ["What is A?", "What is B?"]),
+    ("1. What is A?\n2. What is B?\nThese all ask the same thing.", ["What is A?", "What is B?"]),
+    # the prompt's label echoed with x0 was kept: x0 is no perturbation (paper 3.2.1)
+    ("ORIGINAL QUESTION: What is X?\n1. What is A?", ["What is A?"]),
+    ("**ORIGINAL QUESTION:** What is X?\nWhat is A?", ["What is A?"]),
+    ("1. What is X?\n2. What is A?\n3. what is x", ["What is A?"]),              # copies of x0
+    # markdown around the number: "**1.** What is A?" became "1.** What is A?"
+    ("**1.** What is A?\n**2.** What is B?\n__3.__ What is C?", ["What is A?", "What is B?", "What is C?"]),
+    # no list and no question mark: every line but headers is a question
+    ("Name the capital of A.\nTell me the capital of A.", ["Name the capital of A.", "Tell me the capital of A."]),
+])
+def test_perturbations_preamble_echo_and_markdown(text, questions):
+    assert rowen.parse_perturbations(text, 6, "What is X?") == questions
+
+
+def test_perturbed_questions_of_a_run_hold_no_preamble_and_no_x0(monkeypatch, tiny):
+    rules = dict(TQA_RULES, perturb="Sure, here are 6 semantically equivalent questions.\nORIGINAL QUESTION: "
+                 + TQA["question"] + "\n**1.** Wall from Moon?\n**2.** " + TQA["question"] + "\n**3.** Moon view of the Wall?")
+    out, _ = run_scripted(monkeypatch, tiny, rules, TQA, threshold=1.1)
+    assert out["trace"]["perturbed_questions"] == ["Wall from Moon?", "Moon view of the Wall?"]
+    assert out["trace"]["queries"] == ["Wall from Moon?", "Moon view of the Wall?"]     # TruthfulQA: X verbatim
+
+
 @pytest.mark.parametrize("text,verdict", [
     ("True.", True), ("true", True), ("Yes", True), ("TRUE", True), ("Answer: True", True),
     ("False.", False), ("false", False), ("False", False),
