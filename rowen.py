@@ -56,7 +56,8 @@ Differs from the official code in:
   translation, query reformulation, repair, and every target-language prompt); our own prompts end in
   an instruction, not in an answer label the model could copy, and the repair prompt restates the
   question last; NQ, TriviaQA, HotpotQA and 2WikiMultihopQA (paper Table 6 has NQ and TriviaQA, with no
-  official runner) use the TruthfulQA prompts with a short answer;
+  official runner) use the TruthfulQA chain of thought and ask for a short answer of a few words, in the
+  target language too (answer_prompts);
 - the official prompts' typos ("Answwer B", "PERTERBATIONS") are not kept, and the CL judge's prompt
   names the target language given (official: "Chinese" written in);
 - --never-retrieve / --always-retrieve still run the detection, so the trace shows what Z decided;
@@ -148,28 +149,33 @@ REPAIR = {  # Stage 3 (Eq. 7)
 }
 # Target-language prompts, all ours: Chinese (the paper's target) and Table 7's others; "cot" renders
 # Table 1, the others render our English prompts.
-# "cot"/"final" serve TruthfulQA and short-answer QA, "cot_yn"/"final_yn" StrategyQA.
+# "cot" serves TruthfulQA and short-answer QA, "final" TruthfulQA (a sentence), "final_qa" short-answer QA (a few
+# words, as FINAL["qa"]), "cot_yn"/"final_yn" StrategyQA: each answer has the form of its English counterpart.
 TARGET = {
     "Chinese": {  # ours, the same requests as the English prompts
         "cot": "回答我的问题之前，请先判断问题所依据的信息或假设是否成立。确认之后，再给出详细的解释或回答。准确和核实事实优先于展开论述或猜测。\n\n我的问题：{question}\n\n你的回答：",
         "final": "根据上面的思考，用一句话简短、直接地回答这个问题，不要添加多余的信息。",
         "cot_yn": "请一步一步地思考这个是非题。\n\n问题：{question}\n\n先指出问题依赖的事实（包括默认的前提），把它拆成几个小问题并逐一回答，再把这些答案合理地联系起来，检查结论，最后给出明确的判断。\n\n你的推理和判断：",
         "final_yn": "根据上面的思考，只用一个字回答问题【{question}】：是或否。不要解释。",
+        "final_qa": "根据上面的思考，用几个词回答这个问题（一个名字、一个日期、一个数字、是或否），不要解释。",
     },
     "German": {
         "cot": "Wenn du meine Frage beantwortest, prüfe bitte zuerst, ob die Informationen oder Annahmen, auf denen die Frage beruht, zutreffen. Sobald du ihre Richtigkeit oder Existenz festgestellt hast, gib eine ausführliche Erklärung oder Antwort. Stelle Genauigkeit und Faktenprüfung vor Ausführungen oder Vermutungen.\n\nMeine Frage: {question}\n\nDeine Antwort:",
         "final": "Beantworte meine Frage auf Grundlage der obigen Überlegungen kurz und direkt in einem Satz, ohne zusätzliche Details.",
         "final_yn": "Beantworte die Frage „{question}“ auf Grundlage der obigen Überlegungen mit einem einzigen Wort: Ja oder Nein. Gib keine Erklärung.",
+        "final_qa": "Gib auf Grundlage der obigen Überlegungen die Antwort auf die Frage in wenigen Worten (ein Name, ein Datum, eine Zahl, ja oder nein), ohne Erklärung.",
     },
     "French": {
         "cot": "Lorsque tu réponds à ma question, évalue d'abord la validité des informations ou de l'hypothèse sur lesquelles elle repose. Une fois leur véracité ou leur existence établie, donne une explication ou une réponse détaillée. Privilégie l'exactitude et la vérification des faits avant de développer ou de faire des conjectures.\n\nMa question : {question}\n\nTa réponse :",
         "final": "À partir du raisonnement ci-dessus, donne la réponse à ma question brièvement et directement, en une phrase, sans détails superflus.",
         "final_yn": "À partir du raisonnement ci-dessus, réponds à la question « {question} » par un seul mot : oui ou non. Ne donne pas d'explication.",
+        "final_qa": "À partir du raisonnement ci-dessus, donne la réponse à la question en quelques mots (un nom, une date, un nombre, oui ou non), sans explication.",
     },
     "Japanese": {
         "cot": "私の質問に答えるときは、まず質問の前提となっている情報や仮定が正しいかどうかを評価してください。それが真実である、または存在することを確認したうえで、詳しい説明や回答をしてください。詳しい説明や推測に入る前に、正確さと事実確認を優先してください。\n\n私の質問：{question}\n\nあなたの回答：",
         "final": "上の推論に基づいて、私の質問への答えを一文で簡潔かつ直接的に述べてください。余計な詳細は不要です。",
         "final_yn": "上の推論に基づいて、質問「{question}」に一語で答えてください：はい または いいえ。説明は不要です。",
+        "final_qa": "上の推論に基づいて、質問への答えを数語で述べてください（名前、日付、数、はい または いいえ）。説明は不要です。",
     },
 }
 for _p in TARGET.values():  # the paper ran StrategyQA in Chinese only: elsewhere the Table 1 prompt reasons
@@ -421,6 +427,15 @@ def ask(lm, users: list[str], cap: int, calls: dict, role: str, histories=None) 
     return [g.text.strip() for g in common.greedy(model, tok, prompts, max_new_tokens=cap, stop=stop)]
 
 
+def answer_prompts(task: str, language: str):
+    """(CoT template, short-answer template) in English and in the target language. The short answers of
+    both languages have one form (TruthfulQA a sentence, StrategyQA True/False or its target-language word,
+    short-answer QA a few words), so that the CL check compares like with like."""
+    final = {"truthfulqa": "final", "strategyqa": "final_yn", "qa": "final_qa"}[task]
+    target = TARGET[language]
+    return (COT[task], FINAL[task]), (target["cot_yn" if task == "strategyqa" else "cot"], target[final])
+
+
 def answer(lm, questions: list[str], prompts: list[tuple[str, str]], s: Settings, calls: dict, role: str, task: str):
     """Stage 1 and Eq. 1-3: the chain of thought, then in the same conversation the short answer
     [official chain_of_thought_reasoning], for a batch of questions; prompts[i] = (CoT template, short
@@ -467,8 +482,7 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
     if cl:
         xts = ask(main_lm, [TRANSLATE.format(language=lang, text=x) for x in xs], s.max_tokens["translate"], calls, "main")
         xts = [clean_answer(t, "qa") or x for t, x in zip(xts, xs)]  # the first line: notes after it are not the question
-    english = (COT[task], FINAL[task])
-    target = (TARGET[lang]["cot_yn" if yn else "cot"], TARGET[lang]["final_yn" if yn else "final"])
+    english, target = answer_prompts(task, lang)
     longs, shorts = answer(main_lm, [x0] + xs + xts, [english] * (1 + len(xs)) + [target] * len(xts),
                            s, calls, "main", task)
     t0, r0, rs, rts = longs[0], shorts[0], shorts[1:1 + len(xs)], shorts[1 + len(xs):]   # Stage 1, Eq. 1, Eq. 2

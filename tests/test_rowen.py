@@ -109,11 +109,39 @@ def test_target_language_labels(text, language, label):
 @pytest.mark.parametrize("language", sorted(rowen.TARGET))
 def test_target_prompts_fill_in_and_ask_for_readable_labels(language):
     p = rowen.TARGET[language]
-    assert {"cot", "final", "cot_yn", "final_yn"} <= set(p)
+    assert {"cot", "final", "cot_yn", "final_yn", "final_qa"} <= set(p)
     assert all("Q?" in p[k].format(question="Q?") for k in ("cot", "cot_yn", "final_yn"))
     yes, no = rowen.YES_NO[language]
     asked = p["final_yn"].lower()
     assert any(w in asked for w in yes) and any(w in asked for w in no)
+
+
+# how each language's prompt words "a few words" and "one sentence"
+FEW_WORDS = {"English": "a few words", "Chinese": "几个词", "German": "wenigen Worten", "French": "quelques mots",
+             "Japanese": "数語"}
+ONE_SENTENCE = {"English": "one sentence", "Chinese": "一句话", "German": "einem Satz", "French": "une phrase",
+                "Japanese": "一文"}
+
+
+@pytest.mark.parametrize("language", sorted(rowen.TARGET))
+def test_short_answers_have_one_form_in_both_languages(language):
+    # NQ, TriviaQA, HotpotQA, 2Wiki asked for English answers "in a few words" and target-language ones "in
+    # one sentence", so the CL judge compared answers of different form
+    (_, en), (_, target) = rowen.answer_prompts("qa", language)
+    assert FEW_WORDS["English"] in en and FEW_WORDS[language] in target and ONE_SENTENCE[language] not in target
+    (_, en), (_, target) = rowen.answer_prompts("truthfulqa", language)
+    assert ONE_SENTENCE["English"] in en and ONE_SENTENCE[language] in target
+    (cot, en), (cot_t, target) = rowen.answer_prompts("strategyqa", language)
+    assert "True or False" in en and target == rowen.TARGET[language]["final_yn"] and cot_t == rowen.TARGET[language]["cot_yn"]
+
+
+def test_a_short_answer_run_asks_both_languages_for_a_few_words(monkeypatch, tiny):
+    record = {"id": "q1", "question": "Who founded Alpha?", "answers": ["Beta"], "dataset": "nq"}
+    out, script = run_scripted(monkeypatch, tiny, TQA_RULES, record, mode="cl", threshold=0.0)
+    shorts = [u for _, us in script.batches for u in us if u in (rowen.FINAL["qa"], rowen.TARGET["Chinese"]["final_qa"])]
+    assert shorts.count(rowen.FINAL["qa"]) == 1 + len(out["trace"]["perturbed_questions"])       # x0 and X
+    assert shorts.count(rowen.TARGET["Chinese"]["final_qa"]) == len(out["trace"]["translations"])
+    assert not any(rowen.TARGET["Chinese"]["final"] in u for _, us in script.batches for u in us)
 
 
 def test_label_checks_without_judge():
@@ -210,7 +238,7 @@ def test_own_prompts_end_in_an_instruction_and_the_repair_asks_the_question_last
     # a trailing answer label is what a small chat model copies ("Your revised short answer: ..."), and the
     # old repair prompt ended in advice about the evidence that came back as the answer in 40 of 50 runs
     ours = list(rowen.FINAL.values()) + list(rowen.REPAIR.values()) + [rowen.REFORMULATE]
-    ours += [p[k] for p in rowen.TARGET.values() for k in ("final", "final_yn")]
+    ours += [p[k] for p in rowen.TARGET.values() for k in ("final", "final_yn", "final_qa")]
     assert not [p for p in ours if p.rstrip().endswith((":", "："))]
     for task, template in rowen.REPAIR.items():
         text = template.format(question="Who founded Alpha?", initial_long_answer="Alpha was founded by Gamma.",
