@@ -61,6 +61,9 @@ Differs from the official code in:
 - the official prompts' typos ("Answwer B", "PERTERBATIONS") are not kept, and the CL judge's prompt
   names the target language given (official: "Chinese" written in);
 - --never-retrieve / --always-retrieve still run the detection, so the trace shows what Z decided;
+- evaluation (eval.py): TruthfulQA has no GPT-judge, the paper's headline metric (4.1: a fine-tuned
+  babbage-002 that is not public); `closer_to_correct` (ROUGE-L closer to a correct than to any incorrect
+  answer) stands in for it; BLEU and ROUGE-L are the official definitions, by the libraries it used;
 - call order: the perturbation and the translations come first, so that M answers x0, the x^j and
   the translated x^j in one batch, and judges all pairs in one batch (greedy and per-question seeds:
   the same texts as the official one-stage-after-another order).

@@ -274,6 +274,12 @@ def test_chat_template_and_transcript():
     assert common.turn_stops(tok) == ()
 
 
+def test_the_docstring_says_truthfulqa_has_no_gpt_judge_and_what_stands_in():
+    doc = " ".join(rowen.__doc__.split())
+    assert "no GPT-judge, the paper's headline metric" in doc and "`closer_to_correct`" in doc
+    assert "closer_to_correct" in metrics.NO_GPT_JUDGE
+
+
 # ---------------------------------------------------------------------------------------------- scores
 
 def test_consistency_score():
