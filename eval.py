@@ -332,17 +332,21 @@ def main(argv=None):
 # Re-reads one `rowen.py --mode hybrid` output file: how well Z_CL, Z_CM and the hybrid Z flag wrong
 # initial answers, and (for an --always-retrieve run) what Rowen-CL, -CM, -Hybrid and never-retrieve
 # would have answered. Kept here, out of rowen.py, so that the method file reads Stage 1 -> 2 -> 3.
-# Usage: python rowen.py --modes-from FILE [--limit N] [--alpha A]
+# Usage: python rowen.py --modes-from FILE [--limit N]
+# The hybrid Z of a row is Z_CL + alpha Z_CM with the alpha of the run that wrote it (its trace), never
+# a default or the command line's.
 #
 # subtle: rowen.py imports this file, so rowen (and common) are imported inside the functions.
 
-def mode_score(trace, mode, alpha=1.0):
-    """Z of one mode from a Rowen trace that holds Z_CL and Z_CM (hybrid: Eq. 6)."""
+def mode_score(trace, mode):
+    """Z of one mode from a Rowen trace that holds Z_CL and Z_CM (hybrid: Eq. 6 with the trace's alpha)."""
     import rowen
+    # every rowen.py trace records its alpha; a hand-made row without one is read at the default
+    alpha = trace.get("alpha", rowen.ALPHA)
     return rowen.hybrid_score(trace["z_cl"], trace["z_cm"], alpha) if mode == "hybrid" else trace[f"z_{mode}"]
 
 
-def at_threshold(rows, mode, threshold, alpha=1.0):
+def at_threshold(rows, mode, threshold):
     """The rows a Rowen run of `mode` with this threshold would give, re-read from one `--mode hybrid
     --always-retrieve` run. Every mode draws the same perturbations (same seed) and gets the same greedy
     answers and verdicts, and retrieval repairs with the same greedy call, so the prediction is the
@@ -355,7 +359,7 @@ def at_threshold(rows, mode, threshold, alpha=1.0):
         tr = row["trace"]
         if tr.get("z_cl") is None or tr.get("z_cm") is None or not tr.get("retrieved"):
             raise common.InputError(f"{row['id']}: not from a --mode hybrid --always-retrieve run")
-        retrieve = rowen.should_retrieve(mode_score(tr, mode, alpha), threshold)
+        retrieve = rowen.should_retrieve(mode_score(tr, mode), threshold)
         final = tr["final_answer"] if retrieve else tr["initial_answer"]
         if tr["task"] == "strategyqa":
             final = rowen.yes_no_label(final)
@@ -363,12 +367,12 @@ def at_threshold(rows, mode, threshold, alpha=1.0):
     return out
 
 
-def modes_from_run(rows, alpha=1.0):
+def modes_from_run(rows):
     """Rowen-CL, -CM, -Hybrid at their default thresholds and the never-retrieve baseline (threshold
     0: Z < 0 never holds), re-read from one `--mode hybrid --always-retrieve` run (at_threshold)."""
     import rowen
-    out = {m: at_threshold(rows, m, rowen.default_threshold(m), alpha) for m in ("cl", "cm", "hybrid")}
-    out["never"] = at_threshold(rows, "hybrid", 0.0, alpha)
+    out = {m: at_threshold(rows, m, rowen.default_threshold(m)) for m in ("cl", "cm", "hybrid")}
+    out["never"] = at_threshold(rows, "hybrid", 0.0)
     return out
 
 
@@ -382,7 +386,7 @@ def initial_is_right(row):
     return is_right(row, r0)
 
 
-def detection_quality(rows, alpha=1.0):
+def detection_quality(rows):
     """Does a low Z go with a wrong initial answer? Per score (Z_CL, Z_CM, hybrid): the AUC of Z
     separating right from wrong r0 (the chance that a random right answer has the higher Z, i.e.
     auroc of -Z against wrong; ties count half; 0.5 = no signal), and the rate at which the default
@@ -394,7 +398,7 @@ def detection_quality(rows, alpha=1.0):
     right = [initial_is_right(r) for r in rows]
     out = {"n": len(rows), "wrong": right.count(False)}
     for name in ("cl", "cm", "hybrid"):
-        z = [mode_score(r["trace"], name, alpha) for r in rows]
+        z = [mode_score(r["trace"], name) for r in rows]
         good = [v for v, ok in zip(z, right) if ok]
         bad = [v for v, ok in zip(z, right) if not ok]
         auc = auroc([-v for v in z], [not ok for ok in right])
@@ -405,7 +409,7 @@ def detection_quality(rows, alpha=1.0):
     return out
 
 
-def rowen_report(path, limit=None, alpha=1.0):
+def rowen_report(path, limit=None):
     """The text `rowen.py --modes-from FILE` prints: for an --always-retrieve run the modes' table
     (modes_from_run), then detection_quality; with `limit`, the file's first rows only."""
     import common
@@ -416,9 +420,9 @@ def rowen_report(path, limit=None, alpha=1.0):
     rows = rows[:limit] if limit else rows
     lines = []
     if all(r["trace"].get("retrieved") for r in rows):
-        table = [(f"rowen-{m}", summarize(r)) for m, r in modes_from_run(rows, alpha).items()]
+        table = [(f"rowen-{m}", summarize(r)) for m, r in modes_from_run(rows).items()]
         lines.append(format_table(table, markdown=True))
-    q = detection_quality(rows, alpha)
+    q = detection_quality(rows)
     lines.append(f"detection on {q['n']} questions, {q['wrong']} initial answers wrong:")
     for name in ("cl", "cm", "hybrid"):
         lines.append(f"  Z_{name}: AUC {q[name]['auc']}, retrieves {q[name]['retrieve_wrong']} of wrong and "

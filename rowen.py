@@ -573,11 +573,11 @@ def main(argv=None):
     p.add_argument("--modes-from", metavar="FILE",
                    help="read a --mode hybrid output file: print how well Z_CL, Z_CM and Z flag wrong initial "
                         "answers (eval.detection_quality) and, for an --always-retrieve run, Rowen-CL, -CM, "
-                        "-Hybrid and never-retrieve re-read from it (eval.modes_from_run); with --limit N, its "
-                        "first N rows; then exit")
+                        "-Hybrid and never-retrieve re-read from it (eval.modes_from_run); the hybrid Z with the alpha of "
+                        "the run (its traces), not --alpha; with --limit N, its first N rows; then exit")
     args = p.parse_args(argv)
     if args.modes_from:   # the analysis lives in eval.py ("Rowen detection analysis")
-        print(metrics.rowen_report(args.modes_from, args.limit, args.alpha))
+        print(metrics.rowen_report(args.modes_from, args.limit))
         return
     if args.k < 1:
         raise common.InputError(f"--k {args.k}: need at least one perturbed question")

@@ -306,7 +306,7 @@ def test_signals_of_a_ctrla_monitor_only_file():
 def test_signals_of_a_rowen_run_agree_with_detection_quality():
     def row(r0, z_cl, z_cm):
         return {"id": r0, "answers": ["Paris"], "prediction": r0,
-                "trace": {"task": "qa", "initial_answer": r0, "z_cl": z_cl, "z_cm": z_cm}}
+                "trace": {"task": "qa", "initial_answer": r0, "z_cl": z_cl, "z_cm": z_cm, "alpha": 1.0}}
     rows = [row("Paris", 1.0, 0.5), row("It is Paris.", 0.5, 1.0), row("Lyon", 0.5, 0.0), row("Nice", 0.0, 1.0)]
     got = ev.signals(rows, resamples=100)["signals"]
     q = ev.detection_quality(rows)

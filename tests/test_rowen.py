@@ -591,7 +591,7 @@ def test_one_question_on_embedded_models(tmp_path, monkeypatch):
 def test_modes_re_read_from_one_hybrid_always_run():
     def row(qid, z_cl, z_cm, task="qa"):
         return {"id": qid, "answers": ["x"], "prediction": "repaired", "retrievals": 2, "model_calls": 40,
-                "seconds": 1.0, "trace": {"task": task, "z_cl": z_cl, "z_cm": z_cm, "retrieved": True,
+                "seconds": 1.0, "trace": {"task": task, "z_cl": z_cl, "z_cm": z_cm, "alpha": 1.0, "retrieved": True,
                                           "queries": ["q1", "q2"], "initial_answer": "r0",
                                           "final_answer": "repaired"}}
     # thresholds 0.6 (CL), 0.8 (CM), 0.5 (hybrid): Z_CL 0.5 retrieves, Z_CM 1.0 does not, 1.5 does not
@@ -617,7 +617,7 @@ def test_modes_re_read_from_one_hybrid_always_run():
 def test_modes_from_cli_reads_the_first_rows(tmp_path, capsys):
     def row(qid, z, initial):
         return {"id": qid, "answers": ["Paris"], "prediction": "Paris", "retrievals": 2, "model_calls": 40,
-                "seconds": 1.0, "trace": {"task": "qa", "z_cl": z, "z_cm": z, "retrieved": True,
+                "seconds": 1.0, "trace": {"task": "qa", "z_cl": z, "z_cm": z, "alpha": 1.0, "retrieved": True,
                                           "queries": ["q1", "q2"], "initial_answer": initial, "final_answer": "Paris"}}
     path = tmp_path / "run.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in [row("a", 1.0, "Rome"), row("b", 0.0, "Paris"),
@@ -633,7 +633,7 @@ def test_modes_from_cli_reads_the_first_rows(tmp_path, capsys):
 def test_detection_quality_auc_and_flag_rates():
     def row(r0, z_cl, z_cm):
         return {"id": r0, "answers": ["Paris"], "trace": {"task": "qa", "initial_answer": r0, "z_cl": z_cl,
-                                                          "z_cm": z_cm}}
+                                                          "z_cm": z_cm, "alpha": 1.0}}
     rows = [row("Paris", 1.0, 0.5), row("It is Paris.", 0.5, 1.0), row("Lyon", 0.5, 0.0), row("Nice", 0.0, 1.0)]
     q = metrics.detection_quality(rows)
     assert (q["n"], q["wrong"]) == (4, 2)
@@ -645,3 +645,28 @@ def test_detection_quality_auc_and_flag_rates():
     assert q["hybrid"] == {"auc": 1.0, "retrieve_wrong": 0.0, "retrieve_right": 0.0}
     with pytest.raises(common.InputError):
         metrics.detection_quality([row("Paris", 1.0, None)])
+
+
+def test_modes_and_detection_take_alpha_from_each_trace(tmp_path, capsys):
+    # a run with alpha 0.5: Z_CL 0.0, Z_CM 0.8 gives hybrid Z 0.4 < 0.5 (retrieve); alpha 1.0 gave 0.8 (keep r0)
+    def row(qid, z_cl, z_cm, initial, alpha=0.5):
+        return {"id": qid, "answers": ["Paris"], "prediction": "Paris", "retrievals": 2, "model_calls": 40,
+                "seconds": 1.0, "trace": {"task": "qa", "z_cl": z_cl, "z_cm": z_cm, "alpha": alpha, "retrieved": True,
+                                          "queries": ["q1", "q2"], "initial_answer": initial, "final_answer": "Paris"}}
+    rows = [row("a", 0.0, 0.8, "Rome"), row("b", 0.5, 0.0, "Paris")]
+    assert metrics.mode_score(rows[0]["trace"], "hybrid") == pytest.approx(0.4)
+    assert [r["prediction"] for r in metrics.modes_from_run(rows)["hybrid"]] == ["Paris", "Paris"]   # a repaired, b kept
+    # detection: right r0 (b) has hybrid Z 0.5, wrong r0 (a) 0.4: AUC 1 (with alpha 1.0: 0.8 > 0.5, AUC 0)
+    q = metrics.detection_quality(rows)
+    assert q["hybrid"] == {"auc": 1.0, "retrieve_wrong": 1.0, "retrieve_right": 0.0}
+    # the signals table reads the same Z
+    assert metrics.signal_scores(rows)[1]["-Z_hybrid"] == [pytest.approx(-0.4), pytest.approx(-0.5)]
+    # --modes-from: the run's alpha, whatever --alpha says
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rowen.main(["--modes-from", str(path), "--alpha", "2"])
+    out = capsys.readouterr().out
+    assert "| rowen-hybrid | 2 | 100.0 |" in out and "Z_hybrid: AUC 1.0, retrieves 1.0 of wrong and 0.0 of right" in out
+    # rows of runs with different alphas are each read with their own
+    mixed = [row("a", 0.0, 0.8, "Rome", alpha=1.0), row("b", 0.5, 0.0, "Paris")]
+    assert [metrics.mode_score(r["trace"], "hybrid") for r in mixed] == [pytest.approx(0.8), pytest.approx(0.5)]
