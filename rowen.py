@@ -303,12 +303,14 @@ def default_threshold(mode: str) -> float:
     (`--threshold 0.5`, used in every mode there). With alpha = 1 it retrieves only when fewer than 3 of
     the 2k checks agree (Z < 0.5), so the hybrid retrieves less often than CL or CM at their thresholds.
 
-    Why not calibrated: on 4 held-out TruthfulQA questions (not in the demo set; k = 6, SmolLM2-135M
-    judging, Gemma-3-270M verifying) Z_CL = Z_CM = 0 for every question, because the 135M judge answers
-    "False" even to "Paris" vs "Paris". Every positive threshold then retrieves always, so the embedded
-    models leave nothing to calibrate. With a stronger model, run --never-retrieve on held-out questions
-    (the trace keeps z_cl and z_cm) and pick the threshold that gives the retrieval rate you want
-    (the paper's Rowen-Hybrid retrieved for 23% of TruthfulQA and 20% of StrategyQA, Table 5)."""
+    Not calibrated for today's defaults (MODEL Qwen2.5-Coder-0.5B-Instruct as M and judge, VERIFIER
+    SmolLM2-135M-Instruct): no run in results/ uses them. The one measurement (commit 3aba347, before
+    Qwen became M and before today's verdict reader) used SmolLM2-135M as M and judge and Gemma-3-270M as
+    M_V: on 4 held-out TruthfulQA questions (k = 6) Z_CL = Z_CM = 0 for every question, as that judge
+    answered "False" even to "Paris" vs "Paris", so any positive threshold retrieved always. It says
+    nothing about today's models. To calibrate, run --never-retrieve on held-out questions (the trace keeps
+    z_cl and z_cm) and pick the threshold that gives the retrieval rate you want (the paper's Rowen-Hybrid
+    retrieved for 23% of TruthfulQA and 20% of StrategyQA, Table 5)."""
     return THRESHOLDS[mode]
 
 

@@ -307,6 +307,17 @@ def test_thresholds_and_strict_decision():
     assert rowen.should_retrieve(rowen.hybrid_score(1 / 6, 1 / 6), t) and not rowen.should_retrieve(rowen.hybrid_score(1 / 6, 2 / 6), t)
 
 
+def test_the_threshold_note_states_what_was_measured_and_with_which_models():
+    # the "why not calibrated" note was measured with SmolLM2-135M as M and Gemma-3-270M as M_V, before the
+    # default M became Qwen; it read as if it held for today's defaults
+    doc = " ".join(rowen.default_threshold.__doc__.split())
+    names = {"qwen2.5-coder-0.5b": "Qwen2.5-Coder-0.5B-Instruct", "smollm2-135m": "SmolLM2-135M-Instruct"}
+    assert (f"Not calibrated for today's defaults (MODEL {names[rowen.MODEL]} as M and judge, "
+            f"VERIFIER {names[rowen.VERIFIER]}): no run in results/ uses them") in doc
+    assert "used SmolLM2-135M as M and judge and Gemma-3-270M as M_V" in doc
+    assert "It says nothing about today's models" in doc
+
+
 def test_evidence_lines_format():
     hits = [[CORPUS[0], CORPUS[1]], [CORPUS[0]], [CORPUS[2]]]
     lines = rowen.evidence_lines(["Is the Wall visible?", "Wall from Moon", "Seeds??"], hits)
