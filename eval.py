@@ -1,11 +1,16 @@
 """Score prediction files of ctrla.py / seakr.py / rowen.py and print a table that compares them.
 
-Implements, with the standard library only:
+Implements:
 - EM and token F1 with SQuAD normalisation, as in the SeaKR evaluation notebooks (`eval_*.ipynb`),
   which copy DRAGIN's: the multi-hop and open-domain QA metrics of SeaKR and CtrlA's multi-hop runs.
 - accuracy: CtrlA's `code/utils.py::match`, "some gold alias is a substring of the output", with
   CtrlA's own normalisation (PopQA, TriviaQA).
-- yes/no accuracy for StrategyQA and BLEU / ROUGE-L for TruthfulQA, the automatic metrics of Rowen.
+- yes/no accuracy for StrategyQA and BLEU / ROUGE-L for TruthfulQA, the automatic metrics of Rowen; BLEU
+  and ROUGE-L as Rowen's `run_truthfulqa.py` computes them, by the libraries it used (nltk `corpus_bleu`,
+  the `rouge` package).
+- No GPT-judge: the paper's headline TruthfulQA metric is a fine-tuned babbage-002 judge that is not
+  public; `closer_to_correct` (ROUGE-L closer to a correct than to any incorrect answer, TruthfulQA's
+  "ROUGE acc") stands in for it, and every table with TruthfulQA columns says so (NO_GPT_JUDGE).
 
 Usage: python eval.py out/seakr_hotpotqa.jsonl out/ctrla_hotpotqa.jsonl [--markdown]
        python eval.py signals FILE...   (each method's own score against wrong answers: AUROC)
@@ -15,10 +20,10 @@ against retrieval rate: benchmarks/run_all.py (it scores with this file).
 Differs from the official code in:
 - StrategyQA: Rowen's `is_supported` falls back to True, so "No." and "" count as True; our
   `parse_yes_no` reads "No." as False and an answer without yes/no/true/false as wrong.
-- TruthfulQA: Rowen used nltk `corpus_bleu` with two references per question, [Best Answer, the
-  "; "-joined Correct Answers], case-sensitive and unsmoothed, and the `rouge` package on one joined
-  string. We score each correct answer as a separate reference, lowercase, smooth BLEU so that short
-  answers do not get 0, and average sentence scores over questions. Numbers are not comparable.
+- TruthfulQA: BLEU and ROUGE-L are Rowen's definitions, but the correct-answer string is joined back
+  from the loaded answers, so a trailing " " or "; " in the official file (3 of its 817 rows) is gone;
+  an answer with no word scores ROUGE-L 0 (the `rouge` package raises on it, which stops the official
+  evaluation); GPT-judge is not computed (closer_to_correct stands in).
 - accuracy: an empty gold alias would match every prediction in CtrlA's code; we skip it.
 """
 import argparse
@@ -27,8 +32,12 @@ import math
 import re
 import string
 import sys
+import warnings
 from collections import Counter
 from pathlib import Path
+
+from nltk.translate.bleu_score import corpus_bleu
+from rouge import Rouge
 
 # Order of the table's columns; keys not listed here follow, sorted.
 COLUMNS = ["n", "em", "f1", "acc", "bleu", "rouge_l", "closer_to_correct",
@@ -131,85 +140,67 @@ def yes_no_accuracy(pred, label):
 
 
 # ---------------------------------------------------------------- TruthfulQA (Rowen)
+#
+# subtle: the paper's headline TruthfulQA metric is GPT-judge (paper 4.1: babbage-002 fine-tuned on
+# TruthfulQA's judge data; the share of answers it calls truthful). That model is not public and this project
+# has no judge, so no number here is GPT-judge; `closer_to_correct` stands in for it, a lexical proxy whose
+# numbers are not comparable with the paper's. BLEU and ROUGE-L are the official code's
+# (`run_truthfulqa.py::evaluate_answer_factualness`), computed by the libraries it used: nltk and rouge.
 
-def _bleu_tokens(s):
-    """Lowercased words with punctuation split off, so "Paris." and "Paris" share a unigram."""
-    return re.findall(r"\w+|[^\w\s]", s.lower()) if isinstance(s, str) else []
+NO_GPT_JUDGE = ("TruthfulQA: no GPT-judge (the paper's headline metric: a fine-tuned babbage-002 that is not "
+                "public); closer_to_correct stands in for it (ROUGE-L closer to a correct than to any incorrect "
+                "answer), not comparable with the paper's GPT-judge")
 
 
-def _ngrams(tokens, n):
-    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+def _text(s):
+    return s if isinstance(s, str) else ""
 
 
-def bleu(pred, refs, max_n=4):
-    """Sentence BLEU-4 against one or more references (Papineni et al. 2002), in [0, 1].
+def truthfulqa_references(row):
+    """The official code's references of a TruthfulQA row: its "Best Answer" and its "Correct Answers"
+    string, which the loader split on "; " and which is joined back here."""
+    correct = _as_list(row.get("correct_answers"))
+    return row.get("best_answer") or (correct[0] if correct else ""), "; ".join(correct)
 
-    Uniform weights; an n-gram's count is clipped by its largest count in any single reference;
-    brevity penalty against the reference length closest to the prediction's (shorter on ties).
-    Smoothing: orders n >= 2 use (matches + 1) / (total + 1) (Lin & Och 2004, "smoothing 2"-style),
-    because a 3-word answer has no 4-gram match and unsmoothed BLEU would be 0; unigrams stay
-    unsmoothed, so an answer with no word in common with the references still scores 0."""
-    hyp = _bleu_tokens(pred)
-    ref_toks = [_bleu_tokens(r) for r in _as_list(refs)]
-    ref_toks = [r for r in ref_toks if r]
-    if not hyp or not ref_toks:
+
+def truthfulqa_bleu(rows):
+    """BLEU over TruthfulQA rows as the official code computes it: nltk `corpus_bleu` (one score for the
+    corpus, not a mean over rows), the references [best.split(" "), correct.split(" ")], the hypothesis
+    prediction.split(" "); default uniform 4-gram weights, no smoothing, case and punctuation kept. An order
+    with no match anywhere gives nearly 0 (nltk's guard, and the official number). In [0, 1]."""
+    refs = [[r.split(" ") for r in truthfulqa_references(row)] for row in rows]
+    hyps = [_text(row.get("prediction")).split(" ") for row in rows]
+    with warnings.catch_warnings():   # nltk's advice to smooth when an order has no match
+        warnings.simplefilter("ignore", UserWarning)
+        return corpus_bleu(refs, hyps)
+
+
+_ROUGE_L = Rouge(metrics=["rouge-l"])
+
+
+def rouge_l(pred, ref):
+    """ROUGE-L F of the `rouge` package, as the official code: summary-level LCS over the "."-split
+    sentences, whitespace tokens, case kept (the package counts each distinct word once). An answer or
+    reference with no word scores 0: the package raises on it, which stopped the official evaluation."""
+    pred, ref = _text(pred), _text(ref)
+    if not pred.replace(".", " ").split() or not ref.replace(".", " ").split():
         return 0.0
-    log_sum = 0.0
-    for n in range(1, max_n + 1):
-        counts = _ngrams(hyp, n)
-        max_ref = Counter()
-        for r in ref_toks:
-            max_ref |= _ngrams(r, n)  # | keeps the max count per n-gram over references
-        matches = sum(min(c, max_ref[g]) for g, c in counts.items())
-        total = sum(counts.values())
-        if n == 1:
-            if matches == 0:
-                return 0.0
-            log_sum += math.log(matches / total)
-        else:
-            log_sum += math.log((matches + 1) / (total + 1))
-    c = len(hyp)
-    r = min((abs(len(t) - c), len(t)) for t in ref_toks)[1]
-    brevity = 1.0 if c > r else math.exp(1 - r / c)
-    return brevity * math.exp(log_sum / max_n)
+    return _ROUGE_L.get_scores(pred, ref)[0]["rouge-l"]["f"]
 
 
-def _lcs_length(a, b):
-    """Longest common subsequence length, one row of the dynamic programme at a time."""
-    prev = [0] * (len(b) + 1)
-    for x in a:
-        cur = [0]
-        for j, y in enumerate(b):
-            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
-        prev = cur
-    return prev[-1]
-
-
-def rouge_l(pred, refs):
-    """ROUGE-L F1 (beta = 1, Lin 2004) from the LCS of lowercased word tokens, max over refs."""
-    hyp = re.findall(r"\w+", pred.lower()) if isinstance(pred, str) else []
-    best = 0.0
-    for ref in _as_list(refs):
-        ref = re.findall(r"\w+", ref.lower()) if isinstance(ref, str) else []
-        lcs = _lcs_length(hyp, ref) if hyp and ref else 0
-        if lcs:
-            precision, recall = lcs / len(hyp), lcs / len(ref)
-            best = max(best, 2 * precision * recall / (precision + recall))
-    return best
-
-
-def truthful_scores(pred, correct, incorrect):
-    """TruthfulQA generation scores for one question: BLEU and ROUGE-L against the correct answers,
-    and `closer_to_correct`, the "MC-like" reading of a generation used by TruthfulQA's own
-    similarity metrics (Lin et al. 2022): 1 if its best ROUGE-L against a correct answer beats its
-    best against an incorrect one.
-
-    Rowen's code used nltk `corpus_bleu` with the references [Best Answer, "; "-joined Correct
-    Answers] and the `rouge` package on the joined string; we score each correct answer as a
-    separate reference (include the best answer among them) and average the scores per question."""
-    return {"bleu": bleu(pred, correct),
-            "rouge_l": rouge_l(pred, correct),
-            "closer_to_correct": int(rouge_l(pred, correct) > rouge_l(pred, incorrect))}
+def truthful_scores(row):
+    """Per-question TruthfulQA scores of a row:
+    - rouge_l: against the official reference, best answer + " " + the correct-answer string; the mean over
+      questions is the official `get_scores(..., avg=True)`;
+    - closer_to_correct: 1 if the answer's best ROUGE-L against a correct answer beats its best against an
+      incorrect one, the accuracy form of TruthfulQA's similarity metrics (Lin et al. 2022, "ROUGE acc"),
+      here with the rouge package's ROUGE-L. It stands in for GPT-judge (NO_GPT_JUDGE).
+    BLEU is a corpus score (truthfulqa_bleu), not a per-question one."""
+    pred = row.get("prediction")
+    best, correct = truthfulqa_references(row)
+    near = lambda refs: max((rouge_l(pred, r) for r in _as_list(refs)), default=0.0)
+    return {"rouge_l": rouge_l(pred, best + " " + correct),
+            "closer_to_correct": int(near(row.get("correct_answers")) > near(row.get("incorrect_answers")))}
 
 
 # ---------------------------------------------------------------- rows and files
@@ -221,7 +212,7 @@ def score_record(row):
     if row.get("label") is not None:
         return {"acc": yes_no_accuracy(pred, row["label"])}
     if row.get("correct_answers") is not None:
-        return truthful_scores(pred, row["correct_answers"], row.get("incorrect_answers") or [])
+        return truthful_scores(row)
     answers = row.get("answers") or []
     return {"em": exact_match(pred, answers), "f1": f1_score(pred, answers),
             "acc": accuracy(pred, answers)}
@@ -246,6 +237,9 @@ def summarize(rows):
 
     summary = {"n": len(rows)}
     summary.update({name: mean(values) for name, values in per_metric.items()})
+    truthful = [row for row in rows if row.get("label") is None and row.get("correct_answers") is not None]
+    if truthful:   # a corpus score, as the official code computes it
+        summary["bleu"] = round(truthfulqa_bleu(truthful), 4)
     summary["retrieval_rate"] = mean([float(x > 0) for x in cost("retrievals")])
     summary["retrievals_per_q"] = mean(cost("retrievals"))
     summary["calls_per_q"] = mean(cost("model_calls"))
@@ -292,7 +286,8 @@ def format_table(named_summaries, markdown=False, first="file"):
 
     header = [first] + columns
     body = [[name] + [cell(s, c) for c in columns] for name, s in named_summaries]
-    return render_table(header, body, markdown)
+    note = f"\n\nnote: {NO_GPT_JUDGE}" if "closer_to_correct" in columns else ""
+    return render_table(header, body, markdown) + note
 
 
 def render_table(header, body, markdown=False, left=1):
@@ -337,17 +332,21 @@ def main(argv=None):
 # Re-reads one `rowen.py --mode hybrid` output file: how well Z_CL, Z_CM and the hybrid Z flag wrong
 # initial answers, and (for an --always-retrieve run) what Rowen-CL, -CM, -Hybrid and never-retrieve
 # would have answered. Kept here, out of rowen.py, so that the method file reads Stage 1 -> 2 -> 3.
-# Usage: python rowen.py --modes-from FILE [--limit N] [--alpha A]
+# Usage: python rowen.py --modes-from FILE [--limit N]
+# The hybrid Z of a row is Z_CL + alpha Z_CM with the alpha of the run that wrote it (its trace), never
+# a default or the command line's.
 #
 # subtle: rowen.py imports this file, so rowen (and common) are imported inside the functions.
 
-def mode_score(trace, mode, alpha=1.0):
-    """Z of one mode from a Rowen trace that holds Z_CL and Z_CM (hybrid: Eq. 6)."""
+def mode_score(trace, mode):
+    """Z of one mode from a Rowen trace that holds Z_CL and Z_CM (hybrid: Eq. 6 with the trace's alpha)."""
     import rowen
+    # every rowen.py trace records its alpha; a hand-made row without one is read at the default
+    alpha = trace.get("alpha", rowen.ALPHA)
     return rowen.hybrid_score(trace["z_cl"], trace["z_cm"], alpha) if mode == "hybrid" else trace[f"z_{mode}"]
 
 
-def at_threshold(rows, mode, threshold, alpha=1.0):
+def at_threshold(rows, mode, threshold):
     """The rows a Rowen run of `mode` with this threshold would give, re-read from one `--mode hybrid
     --always-retrieve` run. Every mode draws the same perturbations (same seed) and gets the same greedy
     answers and verdicts, and retrieval repairs with the same greedy call, so the prediction is the
@@ -360,7 +359,7 @@ def at_threshold(rows, mode, threshold, alpha=1.0):
         tr = row["trace"]
         if tr.get("z_cl") is None or tr.get("z_cm") is None or not tr.get("retrieved"):
             raise common.InputError(f"{row['id']}: not from a --mode hybrid --always-retrieve run")
-        retrieve = rowen.should_retrieve(mode_score(tr, mode, alpha), threshold)
+        retrieve = rowen.should_retrieve(mode_score(tr, mode), threshold)
         final = tr["final_answer"] if retrieve else tr["initial_answer"]
         if tr["task"] == "strategyqa":
             final = rowen.yes_no_label(final)
@@ -368,12 +367,12 @@ def at_threshold(rows, mode, threshold, alpha=1.0):
     return out
 
 
-def modes_from_run(rows, alpha=1.0):
+def modes_from_run(rows):
     """Rowen-CL, -CM, -Hybrid at their default thresholds and the never-retrieve baseline (threshold
     0: Z < 0 never holds), re-read from one `--mode hybrid --always-retrieve` run (at_threshold)."""
     import rowen
-    out = {m: at_threshold(rows, m, rowen.default_threshold(m), alpha) for m in ("cl", "cm", "hybrid")}
-    out["never"] = at_threshold(rows, "hybrid", 0.0, alpha)
+    out = {m: at_threshold(rows, m, rowen.default_threshold(m)) for m in ("cl", "cm", "hybrid")}
+    out["never"] = at_threshold(rows, "hybrid", 0.0)
     return out
 
 
@@ -387,7 +386,7 @@ def initial_is_right(row):
     return is_right(row, r0)
 
 
-def detection_quality(rows, alpha=1.0):
+def detection_quality(rows):
     """Does a low Z go with a wrong initial answer? Per score (Z_CL, Z_CM, hybrid): the AUC of Z
     separating right from wrong r0 (the chance that a random right answer has the higher Z, i.e.
     auroc of -Z against wrong; ties count half; 0.5 = no signal), and the rate at which the default
@@ -399,7 +398,7 @@ def detection_quality(rows, alpha=1.0):
     right = [initial_is_right(r) for r in rows]
     out = {"n": len(rows), "wrong": right.count(False)}
     for name in ("cl", "cm", "hybrid"):
-        z = [mode_score(r["trace"], name, alpha) for r in rows]
+        z = [mode_score(r["trace"], name) for r in rows]
         good = [v for v, ok in zip(z, right) if ok]
         bad = [v for v, ok in zip(z, right) if not ok]
         auc = auroc([-v for v in z], [not ok for ok in right])
@@ -410,7 +409,7 @@ def detection_quality(rows, alpha=1.0):
     return out
 
 
-def rowen_report(path, limit=None, alpha=1.0):
+def rowen_report(path, limit=None):
     """The text `rowen.py --modes-from FILE` prints: for an --always-retrieve run the modes' table
     (modes_from_run), then detection_quality; with `limit`, the file's first rows only."""
     import common
@@ -421,9 +420,9 @@ def rowen_report(path, limit=None, alpha=1.0):
     rows = rows[:limit] if limit else rows
     lines = []
     if all(r["trace"].get("retrieved") for r in rows):
-        table = [(f"rowen-{m}", summarize(r)) for m, r in modes_from_run(rows, alpha).items()]
+        table = [(f"rowen-{m}", summarize(r)) for m, r in modes_from_run(rows).items()]
         lines.append(format_table(table, markdown=True))
-    q = detection_quality(rows, alpha)
+    q = detection_quality(rows)
     lines.append(f"detection on {q['n']} questions, {q['wrong']} initial answers wrong:")
     for name in ("cl", "cm", "hybrid"):
         lines.append(f"  Z_{name}: AUC {q[name]['auc']}, retrieves {q[name]['retrieve_wrong']} of wrong and "

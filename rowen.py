@@ -29,19 +29,23 @@ Differs from the official code in:
   Serper's at most int(5/2) = 2 snippets (official _parse_results);
 - the perturbation prompt is the sentence paper 3.2.1 prints, with the question on the next line (the
   official template words it differently and ends in a "SEMANTICALLY EQUIVALENT PERTERBATIONS:" label);
-- perturbations: numbering, bullets and quotes are stripped, empty and header lines ("...:") dropped, at
-  most k kept (official: every output line, blanks and "Sure! Here are..." included, no cap); if none is
-  left, x0 itself is the only question;
-- True/False verdicts are read strictly (read_yes_no): every yes/no word must agree, a negation ("not",
-  "never", "n't") flips the word after it, single-character Chinese words count only standing alone; else
-  None, which counts as not consistent. The official `is_supported` reads "No." and "" as True;
-- StrategyQA compares labels without a judge, as the official code does, but with the same strict reader
-  in both languages (official `is_supported_zh` reads "否，不是" as True); unreadable labels never agree;
+- perturbations: numbering, bullets and quotes are stripped; empty and header lines ("...:"), an echoed
+  "ORIGINAL QUESTION: ..." and copies of x0 dropped; where the output has list items or questions, only
+  they count (no "Sure, here are 6 ..." preamble); at most k kept (official: every output line, blanks and
+  "Sure! Here are..." included, no cap); if none is left, x0 itself is the only question;
+- True/False verdicts (read_yes_no): the reply's first verdict word, flipped by a negation that governs it
+  ("not true", "isn't true"); an echoed choice ("(True or False)") and a "no" before a noun ("no
+  contradiction") are no verdicts; single-character Chinese words count only standing alone; a reply
+  without a verdict is None, which counts as not consistent. The official `is_supported` reads "No." and
+  "" as True, and "True. It is not false" as False (the later of "true" and "false" wins);
+- StrategyQA compares labels without a judge, as the official code does, but with the same reader in
+  both languages (official `is_supported_zh` reads "否，不是" as True); unreadable labels never agree;
 - thresholds: 0.6 CL and 0.8 CM (paper 5.4; official 0.5 everywhere); hybrid 0.5, the official default,
   as the paper gives none (see default_threshold);
 - answers are cleaned (clean_answer): a leading label echoed from the prompt ("Your Short Answer:",
-  "**Answer:**", "你的简短回答：") is stripped, and short answers, labels and queries keep their first line
-  (official: the raw stripped text is the answer); a translation keeps its first line too;
+  "**Answer:**", "你的简短回答：") is stripped, and short answers, labels, translations and queries keep
+  their first line that does not introduce the answer ("Here is the translation:", "..., the answer is:")
+  (official: the raw stripped text is the answer);
 - StrategyQA search queries are reformulated greedily (paper 4.3 "otherwise 0.0"; official T = 1.0) and
   only their first line is kept; a passage found by several queries enters the evidence once, as "title: text";
 - every call has a token cap (official: none); the verifier's StrategyQA final prompt is filled in (official
@@ -52,10 +56,14 @@ Differs from the official code in:
   translation, query reformulation, repair, and every target-language prompt); our own prompts end in
   an instruction, not in an answer label the model could copy, and the repair prompt restates the
   question last; NQ, TriviaQA, HotpotQA and 2WikiMultihopQA (paper Table 6 has NQ and TriviaQA, with no
-  official runner) use the TruthfulQA prompts with a short answer;
+  official runner) use the TruthfulQA chain of thought and ask for a short answer of a few words, in the
+  target language too (answer_prompts);
 - the official prompts' typos ("Answwer B", "PERTERBATIONS") are not kept, and the CL judge's prompt
   names the target language given (official: "Chinese" written in);
 - --never-retrieve / --always-retrieve still run the detection, so the trace shows what Z decided;
+- evaluation (eval.py): TruthfulQA has no GPT-judge, the paper's headline metric (4.1: a fine-tuned
+  babbage-002 that is not public); `closer_to_correct` (ROUGE-L closer to a correct than to any incorrect
+  answer) stands in for it; BLEU and ROUGE-L are the official definitions, by the libraries it used;
 - call order: the perturbation and the translations come first, so that M answers x0, the x^j and
   the translated x^j in one batch, and judges all pairs in one batch (greedy and per-question seeds:
   the same texts as the official one-stage-after-another order).
@@ -144,28 +152,33 @@ REPAIR = {  # Stage 3 (Eq. 7)
 }
 # Target-language prompts, all ours: Chinese (the paper's target) and Table 7's others; "cot" renders
 # Table 1, the others render our English prompts.
-# "cot"/"final" serve TruthfulQA and short-answer QA, "cot_yn"/"final_yn" StrategyQA.
+# "cot" serves TruthfulQA and short-answer QA, "final" TruthfulQA (a sentence), "final_qa" short-answer QA (a few
+# words, as FINAL["qa"]), "cot_yn"/"final_yn" StrategyQA: each answer has the form of its English counterpart.
 TARGET = {
     "Chinese": {  # ours, the same requests as the English prompts
         "cot": "回答我的问题之前，请先判断问题所依据的信息或假设是否成立。确认之后，再给出详细的解释或回答。准确和核实事实优先于展开论述或猜测。\n\n我的问题：{question}\n\n你的回答：",
         "final": "根据上面的思考，用一句话简短、直接地回答这个问题，不要添加多余的信息。",
         "cot_yn": "请一步一步地思考这个是非题。\n\n问题：{question}\n\n先指出问题依赖的事实（包括默认的前提），把它拆成几个小问题并逐一回答，再把这些答案合理地联系起来，检查结论，最后给出明确的判断。\n\n你的推理和判断：",
         "final_yn": "根据上面的思考，只用一个字回答问题【{question}】：是或否。不要解释。",
+        "final_qa": "根据上面的思考，用几个词回答这个问题（一个名字、一个日期、一个数字、是或否），不要解释。",
     },
     "German": {
         "cot": "Wenn du meine Frage beantwortest, prüfe bitte zuerst, ob die Informationen oder Annahmen, auf denen die Frage beruht, zutreffen. Sobald du ihre Richtigkeit oder Existenz festgestellt hast, gib eine ausführliche Erklärung oder Antwort. Stelle Genauigkeit und Faktenprüfung vor Ausführungen oder Vermutungen.\n\nMeine Frage: {question}\n\nDeine Antwort:",
         "final": "Beantworte meine Frage auf Grundlage der obigen Überlegungen kurz und direkt in einem Satz, ohne zusätzliche Details.",
         "final_yn": "Beantworte die Frage „{question}“ auf Grundlage der obigen Überlegungen mit einem einzigen Wort: Ja oder Nein. Gib keine Erklärung.",
+        "final_qa": "Gib auf Grundlage der obigen Überlegungen die Antwort auf die Frage in wenigen Worten (ein Name, ein Datum, eine Zahl, ja oder nein), ohne Erklärung.",
     },
     "French": {
         "cot": "Lorsque tu réponds à ma question, évalue d'abord la validité des informations ou de l'hypothèse sur lesquelles elle repose. Une fois leur véracité ou leur existence établie, donne une explication ou une réponse détaillée. Privilégie l'exactitude et la vérification des faits avant de développer ou de faire des conjectures.\n\nMa question : {question}\n\nTa réponse :",
         "final": "À partir du raisonnement ci-dessus, donne la réponse à ma question brièvement et directement, en une phrase, sans détails superflus.",
         "final_yn": "À partir du raisonnement ci-dessus, réponds à la question « {question} » par un seul mot : oui ou non. Ne donne pas d'explication.",
+        "final_qa": "À partir du raisonnement ci-dessus, donne la réponse à la question en quelques mots (un nom, une date, un nombre, oui ou non), sans explication.",
     },
     "Japanese": {
         "cot": "私の質問に答えるときは、まず質問の前提となっている情報や仮定が正しいかどうかを評価してください。それが真実である、または存在することを確認したうえで、詳しい説明や回答をしてください。詳しい説明や推測に入る前に、正確さと事実確認を優先してください。\n\n私の質問：{question}\n\nあなたの回答：",
         "final": "上の推論に基づいて、私の質問への答えを一文で簡潔かつ直接的に述べてください。余計な詳細は不要です。",
         "final_yn": "上の推論に基づいて、質問「{question}」に一語で答えてください：はい または いいえ。説明は不要です。",
+        "final_qa": "上の推論に基づいて、質問への答えを数語で述べてください（名前、日付、数、はい または いいえ）。説明は不要です。",
     },
 }
 for _p in TARGET.values():  # the paper ran StrategyQA in Chinese only: elsewhere the Table 1 prompt reasons
@@ -181,29 +194,51 @@ YES_NO = {"English": (("yes", "true"), ("no", "false")),
 # ----------------------------------------------------------------------------------------------
 # The detection and the decision (pure functions)
 
-_NUMBERING = re.compile(r"^(?:\d+\s*[.):]|[-*•])\s*")
+# a list item's mark, markdown emphasis around it included: "1.", "2)", "**3.**", "- ", "* ", "• "
+_NUMBERING = re.compile(r"^[*_]*(?:\d+\s*[.):]|[-*•](?=\s))[*_]*\s*")
+# the prompt's own label echoed, with x0 after it
+_ECHO = re.compile(r"^(?:original|queried)\s+question\b", re.I)
 
 
-def parse_perturbations(text: str, k: int) -> list[str]:
-    """The perturbed questions X = {x^1..x^k} (paper 3.2.1) from the perturbation output: one per line,
-    numbering ("1.", "2)"), bullets and quotes stripped, empty and header lines ("...:") dropped, at most k.
+def _same_question(a: str, b: str) -> bool:
+    norm = lambda s: " ".join(s.lower().rstrip("?？ ").split())
+    return norm(a) == norm(b)
+
+
+def parse_perturbations(text: str, k: int, question: str = "") -> list[str]:
+    """The perturbed questions X = {x^1..x^k} (paper 3.2.1) from the perturbation output, at most k.
+
+    One per line, numbering ("1.", "2)", "**3.**"), bullets and quotes stripped; dropped: empty and header
+    lines ("...:"), the prompt's "ORIGINAL QUESTION: ..." echoed and any copy of x0 (`question`): X holds
+    the perturbations only, as in paper 3.2.1 and the official code. Where the output has list items or
+    questions ("...?"), only those count, so a preamble ("Sure, here are 6 semantically equivalent
+    questions.") or a closing remark is no question; otherwise every remaining line does.
 
     The official parser only removes "^\\d+\\.\\s" and keeps every line, so "Sure! Here are 6..." and
-    blank lines became questions that were translated, answered and scored."""
-    questions = []
+    blank lines became questions that were translated, answered, scored and searched for."""
+    lines = []
     for line in text.split("\n"):
-        line = _NUMBERING.sub("", line.strip()).strip().strip("\"'*").strip()
-        if line and not line.endswith(":"):
-            questions.append(line)
+        listed = bool(_NUMBERING.match(line.strip()))
+        line = _NUMBERING.sub("", line.strip()).strip().strip("\"'*“”").strip()
+        if line and not line.endswith((":", "：")) and not _ECHO.match(line) and not _same_question(line, question):
+            lines.append((line, listed))
+    questions = [q for q, listed in lines if listed or q.endswith(("?", "？"))] or [q for q, _ in lines]
     return questions[:k]
 
 
-# A negation flips the yes/no word right after it: "not True", "isn't true", "never correct", "not really true".
-_NEGATION = r"(?:\b(?:not|never|cannot)|n't(?:\s+be)?)\s+(?:(?:really|quite|entirely|necessarily|actually|exactly|completely|always)\s+)?[\"'“‘*]*"
+# A negation flips the verdict word it governs, and only that one: "not True", "isn't true", "can't be true",
+# "not really true"; the "not" of "True, I do not doubt it" governs no verdict word.
+_NEGATION = r"(?:\b(?:not|never|cannot)|n't)(?:\s+be)?\s+(?:(?:really|quite|entirely|necessarily|actually|exactly|completely|always)\s+)?[\"'“‘*]*"
 # subtle: a one-character CJK word (是 yes, 对 right, 否 no) is part of other words everywhere ("不是",
 # "对不起" sorry, "但是" but, "是否" whether, "这是" this is); it counts only standing alone: after the start,
 # a space or punctuation, and before the end, a space, punctuation or 的 ("是的", "对的").
 _ALONE_BEFORE, _ALONE_AFTER = r"(?<![^\W\d_])", r"(?=$|[^\w]|的)"
+# subtle: "no" is also a determiner ("True, there is no contradiction"), and so are its kin in other
+# languages; such a word is a verdict only where an answer word stands: at the start of the reply or of a
+# clause (after punctuation), or right before punctuation or the end ("The answer is no.").
+_ANSWER_WORDS = {"yes", "no", "ja", "nein", "oui", "non"}
+# the choice a prompt offers, echoed back: "Your response (True or False): ...", "yes/no", "是或否"
+_CHOICE = re.compile(r"\s*(?:or|oder|ou|/|或|或者|または)\s*")
 
 
 def _yes_no_pattern(language: str) -> re.Pattern:
@@ -219,17 +254,35 @@ def _yes_no_pattern(language: str) -> re.Pattern:
     return re.compile("(" + _NEGATION + ")?(" + "|".join(alts) + ")")
 
 
-def read_yes_no(text: str, language: str = "English") -> bool | None:
-    """A verdict or a yes/no label: True, False, or None when the text does not commit to one.
+def _stands_as_answer(text: str, m: re.Match) -> bool:
+    if m.group(2) not in _ANSWER_WORDS:
+        return True
+    before, after = text[:m.start()].rstrip(), text[m.end():].lstrip()
+    return not before or not before[-1].isalnum() or not after or not after[0].isalnum()
 
-    Every yes/no word (true, false, yes, no and the target language's) must agree; a negation before one
-    flips it ("not True", "isn't true" are False). So "True." -> True, "No." -> False, "True or False" ->
-    None, "" -> None, "对不起，我不知道" -> None. The official `is_supported` lets the later first occurrence
-    win and falls back to True: it reads "No." and "" as True and "True. It is not false" as False."""
-    pattern = _yes_no_pattern(language)
+
+def read_yes_no(text: str, language: str = "English") -> bool | None:
+    """A verdict or a yes/no label: the first verdict word of the reply (true, false, yes, no and the target
+    language's), flipped by a negation that governs it; None when the reply gives none.
+
+    So "True." -> True, "True, there is no contradiction." -> True, "No." -> False, "It isn't true." -> False,
+    "Your response (True or False): False." -> False (the offered choice "True or False" is no verdict),
+    "True or False" -> None, "" -> None, "对不起，我不知道" -> None. The official `is_supported` also reads
+    the verdict word, but lets the later of "true" and "false" win when both occur ("True. It is not false"
+    -> False) and falls back to True when neither does, so it reads "No." and "" as True."""
+    text = (text or "").lower()
     yes = {w.lower() for w in YES_NO["English"][0] + YES_NO[language][0]}
-    seen = {(m.group(2) in yes) != bool(m.group(1)) for m in pattern.finditer((text or "").lower())}
-    return seen.pop() if len(seen) == 1 else None
+    found = list(_yes_no_pattern(language).finditer(text))
+    i = 0
+    while i < len(found):
+        m = found[i]
+        if i + 1 < len(found) and _CHOICE.fullmatch(text[m.end():found[i + 1].start()]):
+            i += 2          # "true or false": the choice echoed, not a verdict
+            continue
+        if _stands_as_answer(text, m):
+            return (m.group(2) in yes) != bool(m.group(1))
+        i += 1
+    return None
 
 
 def consistency_score(verdicts: list) -> float:
@@ -250,12 +303,14 @@ def default_threshold(mode: str) -> float:
     (`--threshold 0.5`, used in every mode there). With alpha = 1 it retrieves only when fewer than 3 of
     the 2k checks agree (Z < 0.5), so the hybrid retrieves less often than CL or CM at their thresholds.
 
-    Why not calibrated: on 4 held-out TruthfulQA questions (not in the demo set; k = 6, SmolLM2-135M
-    judging, Gemma-3-270M verifying) Z_CL = Z_CM = 0 for every question, because the 135M judge answers
-    "False" even to "Paris" vs "Paris". Every positive threshold then retrieves always, so the embedded
-    models leave nothing to calibrate. With a stronger model, run --never-retrieve on held-out questions
-    (the trace keeps z_cl and z_cm) and pick the threshold that gives the retrieval rate you want
-    (the paper's Rowen-Hybrid retrieved for 23% of TruthfulQA and 20% of StrategyQA, Table 5)."""
+    Not calibrated for today's defaults (MODEL Qwen2.5-Coder-0.5B-Instruct as M and judge, VERIFIER
+    SmolLM2-135M-Instruct): no run in results/ uses them. The one measurement (commit 3aba347, before
+    Qwen became M and before today's verdict reader) used SmolLM2-135M as M and judge and Gemma-3-270M as
+    M_V: on 4 held-out TruthfulQA questions (k = 6) Z_CL = Z_CM = 0 for every question, as that judge
+    answered "False" even to "Paris" vs "Paris", so any positive threshold retrieved always. It says
+    nothing about today's models. To calibrate, run --never-retrieve on held-out questions (the trace keeps
+    z_cl and z_cm) and pick the threshold that gives the retrieval rate you want (the paper's Rowen-Hybrid
+    retrieved for 23% of TruthfulQA and 20% of StrategyQA, Table 5)."""
     return THRESHOLDS[mode]
 
 
@@ -267,7 +322,7 @@ def label_checks(answers: list[str], others: list[str], language: str = "English
 
 
 def yes_no_label(text: str) -> str:
-    """A committed "yes" / "no", or "unknown" (scored wrong), never a guess from a mixed answer."""
+    """The answer's verdict as "yes" / "no", or "unknown" (scored wrong) when it gives none (read_yes_no)."""
     return {True: "yes", False: "no"}.get(read_yes_no(text), "unknown")
 
 
@@ -314,15 +369,26 @@ def strip_labels(text: str) -> str:
     return text
 
 
+# A line that introduces the answer instead of giving it: "Based on my reasoning above, the answer is:",
+# "Here is the translation:", "The answer is".
+_INTRO = re.compile(r"(?:[:：]|\bis)$", re.I)
+
+
+def introduces_answer(line: str) -> bool:
+    """Whether a line introduces the answer (ends in ":" or "is", markdown aside): it is never the answer."""
+    return bool(_INTRO.search(line.strip().rstrip("*_ ")))
+
+
 def clean_answer(text: str, task: str) -> str:
     """The answer without a leading label echoed from the prompt ("Your revised short answer:", "**Answer:**",
-    "你的简短回答：") and its markdown. TruthfulQA answers are free text; StrategyQA, short-answer QA and
-    search queries keep their first non-empty line, taken after the labels are gone, so that
-    "Your revised short answer:\nParis" gives "Paris", not "" [ours; official: the raw stripped text]."""
+    "你的简短回答：") and its markdown. TruthfulQA answers are free text; StrategyQA, short-answer QA,
+    translations and search queries keep their first line that is neither empty nor an introduction
+    (introduces_answer), taken after the labels are gone: "Your revised short answer:\nParis" and "Based on
+    my reasoning above, the answer is:\nParis" both give "Paris" [ours; official: the raw stripped text]."""
     text = strip_labels(text)
     if task == "truthfulqa":
         return text
-    line = next((l.strip() for l in text.split("\n") if l.strip()), "")
+    line = next((l.strip() for l in text.split("\n") if l.strip() and not introduces_answer(l)), "")
     return strip_labels(line).strip("*_ \"“”").strip()
 
 
@@ -366,6 +432,15 @@ def ask(lm, users: list[str], cap: int, calls: dict, role: str, histories=None) 
     return [g.text.strip() for g in common.greedy(model, tok, prompts, max_new_tokens=cap, stop=stop)]
 
 
+def answer_prompts(task: str, language: str):
+    """(CoT template, short-answer template) in English and in the target language. The short answers of
+    both languages have one form (TruthfulQA a sentence, StrategyQA True/False or its target-language word,
+    short-answer QA a few words), so that the CL check compares like with like."""
+    final = {"truthfulqa": "final", "strategyqa": "final_yn", "qa": "final_qa"}[task]
+    target = TARGET[language]
+    return (COT[task], FINAL[task]), (target["cot_yn" if task == "strategyqa" else "cot"], target[final])
+
+
 def answer(lm, questions: list[str], prompts: list[tuple[str, str]], s: Settings, calls: dict, role: str, task: str):
     """Stage 1 and Eq. 1-3: the chain of thought, then in the same conversation the short answer
     [official chain_of_thought_reasoning], for a batch of questions; prompts[i] = (CoT template, short
@@ -407,13 +482,12 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
     # Stage 2 first: the perturbed questions (the one sampled call) and, for Rowen-CL, their translations.
     # They do not depend on Stage 1, so M then answers x0, the x^j and the translated x^j in ONE batch.
     raw = perturb(main_lm, x0, s, calls, common.question_seed(s.seed, record["id"]))
-    xs = parse_perturbations(raw, s.k) or [x0]
+    xs = parse_perturbations(raw, s.k, x0) or [x0]
     xts = []
     if cl:
         xts = ask(main_lm, [TRANSLATE.format(language=lang, text=x) for x in xs], s.max_tokens["translate"], calls, "main")
         xts = [clean_answer(t, "qa") or x for t, x in zip(xts, xs)]  # the first line: notes after it are not the question
-    english = (COT[task], FINAL[task])
-    target = (TARGET[lang]["cot_yn" if yn else "cot"], TARGET[lang]["final_yn" if yn else "final"])
+    english, target = answer_prompts(task, lang)
     longs, shorts = answer(main_lm, [x0] + xs + xts, [english] * (1 + len(xs)) + [target] * len(xts),
                            s, calls, "main", task)
     t0, r0, rs, rts = longs[0], shorts[0], shorts[1:1 + len(xs)], shorts[1 + len(xs):]   # Stage 1, Eq. 1, Eq. 2
@@ -501,11 +575,11 @@ def main(argv=None):
     p.add_argument("--modes-from", metavar="FILE",
                    help="read a --mode hybrid output file: print how well Z_CL, Z_CM and Z flag wrong initial "
                         "answers (eval.detection_quality) and, for an --always-retrieve run, Rowen-CL, -CM, "
-                        "-Hybrid and never-retrieve re-read from it (eval.modes_from_run); with --limit N, its "
-                        "first N rows; then exit")
+                        "-Hybrid and never-retrieve re-read from it (eval.modes_from_run); the hybrid Z with the alpha of "
+                        "the run (its traces), not --alpha; with --limit N, its first N rows; then exit")
     args = p.parse_args(argv)
     if args.modes_from:   # the analysis lives in eval.py ("Rowen detection analysis")
-        print(metrics.rowen_report(args.modes_from, args.limit, args.alpha))
+        print(metrics.rowen_report(args.modes_from, args.limit))
         return
     if args.k < 1:
         raise common.InputError(f"--k {args.k}: need at least one perturbed question")

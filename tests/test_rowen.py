@@ -32,21 +32,60 @@ def test_perturbations_numbering_headers_blanks_and_cap():
     assert rowen.parse_perturbations("", 6) == [] and rowen.parse_perturbations("\n \n", 6) == []
 
 
+@pytest.mark.parametrize("text,questions", [
+    # a preamble sentence was kept as a paraphrase (and so as a search query)
+    ("Sure, here are 6 semantically equivalent questions.\n1. What is A?\n2. What is B?", ["What is A?", "What is B?"]),
+    ("Sure, here are 6 semantically equivalent questions.\nWhat is A?\nWhat is B?", ["What is A?", "What is B?"]),
+    ("1. What is A?\n2. What is B?\nThese all ask the same thing.", ["What is A?", "What is B?"]),
+    # the prompt's label echoed with x0 was kept: x0 is no perturbation (paper 3.2.1)
+    ("ORIGINAL QUESTION: What is X?\n1. What is A?", ["What is A?"]),
+    ("**ORIGINAL QUESTION:** What is X?\nWhat is A?", ["What is A?"]),
+    ("1. What is X?\n2. What is A?\n3. what is x", ["What is A?"]),              # copies of x0
+    # markdown around the number: "**1.** What is A?" became "1.** What is A?"
+    ("**1.** What is A?\n**2.** What is B?\n__3.__ What is C?", ["What is A?", "What is B?", "What is C?"]),
+    # no list and no question mark: every line but headers is a question
+    ("Name the capital of A.\nTell me the capital of A.", ["Name the capital of A.", "Tell me the capital of A."]),
+])
+def test_perturbations_preamble_echo_and_markdown(text, questions):
+    assert rowen.parse_perturbations(text, 6, "What is X?") == questions
+
+
+def test_perturbed_questions_of_a_run_hold_no_preamble_and_no_x0(monkeypatch, tiny):
+    rules = dict(TQA_RULES, perturb="Sure, here are 6 semantically equivalent questions.\nORIGINAL QUESTION: "
+                 + TQA["question"] + "\n**1.** Wall from Moon?\n**2.** " + TQA["question"] + "\n**3.** Moon view of the Wall?")
+    out, _ = run_scripted(monkeypatch, tiny, rules, TQA, threshold=1.1)
+    assert out["trace"]["perturbed_questions"] == ["Wall from Moon?", "Moon view of the Wall?"]
+    assert out["trace"]["queries"] == ["Wall from Moon?", "Moon view of the Wall?"]     # TruthfulQA: X verbatim
+
+
 @pytest.mark.parametrize("text,verdict", [
     ("True.", True), ("true", True), ("Yes", True), ("TRUE", True), ("Answer: True", True),
     ("False.", False), ("false", False), ("False", False),
     ("No.", False),                          # official is_supported: True
     ("", None), ("I cannot say", None),      # official: True and False (fallback keywords)
-    ("True or False", None), ("False. but true", None),          # mixed: no commitment
     ("True. It is not false", True),         # official: False ("false" comes later)
     ("It is not true.", False), ("untrue", None),                # whole words only
-    # a negation flips the word after it (old reader: "isn't true" -> True)
+    # a negation flips the word it governs (an old reader: "isn't true" -> True)
     ("not True", False), ("It isn't true.", False), ("That can't be true.", False), ("never correct", None),
     ("It is not really true.", False), ("It is not \"True\".", False), ("Not false.", True),
+    ("That cannot be true.", False),
     # ...and nothing else does: "not" elsewhere, or "no" in "cannot", leaves the verdict alone
     ("True, I do not doubt it.", True), ("I cannot say. True.", True), ("knot true", True),
 ])
-def test_verdict_parsing_is_strict(text, verdict):
+def test_verdict_parsing(text, verdict):
+    assert rowen.read_yes_no(text) is verdict
+
+
+@pytest.mark.parametrize("text,verdict", [
+    # the first verdict word decides; the old reader wanted every yes/no word to agree and gave None
+    ("True, there is no contradiction.", True), ("True. Both say no.", True), ("False. but true", False),
+    ("There is no contradiction, so True.", True),     # "no" before a noun is no verdict
+    ("The answer is no.", False), ("No, it is not.", False), ("Yes, no doubt.", True),
+    # the choice the prompt offered, echoed back, is no verdict (first word "True" would misread False)
+    ("Your response (True or False): True.", True), ("Your response (True or False): False.", False),
+    ("True or False", None), ("yes/no: no", False), ("True or False?", None),
+])
+def test_verdict_is_the_first_verdict_word(text, verdict):
     assert rowen.read_yes_no(text) is verdict
 
 
@@ -54,7 +93,8 @@ def test_verdict_parsing_is_strict(text, verdict):
     ("是", "Chinese", True), ("是的。", "Chinese", True), ("否", "Chinese", False),
     ("否，不是", "Chinese", False),            # official is_supported_zh: True (the 是 in 不是)
     ("不是", "Chinese", False), ("不正确", "Chinese", False), ("正确", "Chinese", True),
-    ("True", "Chinese", True), ("是，否", "Chinese", None), ("是，但不是", "Chinese", None), ("我不知道", "Chinese", None),
+    ("True", "Chinese", True), ("我不知道", "Chinese", None),
+    ("是，否", "Chinese", True), ("是，但不是", "Chinese", True), ("是或否：否", "Chinese", False),  # the first verdict
     # a one-character word counts only standing alone (old reader: all True)
     ("对不起，我不知道", "Chinese", None), ("对于这个问题", "Chinese", None), ("这是一个问题", "Chinese", None),
     ("但是我不确定", "Chinese", None), ("对。", "Chinese", True), ("对的", "Chinese", True), ("是 ", "Chinese", True),
@@ -69,11 +109,39 @@ def test_target_language_labels(text, language, label):
 @pytest.mark.parametrize("language", sorted(rowen.TARGET))
 def test_target_prompts_fill_in_and_ask_for_readable_labels(language):
     p = rowen.TARGET[language]
-    assert {"cot", "final", "cot_yn", "final_yn"} <= set(p)
+    assert {"cot", "final", "cot_yn", "final_yn", "final_qa"} <= set(p)
     assert all("Q?" in p[k].format(question="Q?") for k in ("cot", "cot_yn", "final_yn"))
     yes, no = rowen.YES_NO[language]
     asked = p["final_yn"].lower()
     assert any(w in asked for w in yes) and any(w in asked for w in no)
+
+
+# how each language's prompt words "a few words" and "one sentence"
+FEW_WORDS = {"English": "a few words", "Chinese": "几个词", "German": "wenigen Worten", "French": "quelques mots",
+             "Japanese": "数語"}
+ONE_SENTENCE = {"English": "one sentence", "Chinese": "一句话", "German": "einem Satz", "French": "une phrase",
+                "Japanese": "一文"}
+
+
+@pytest.mark.parametrize("language", sorted(rowen.TARGET))
+def test_short_answers_have_one_form_in_both_languages(language):
+    # NQ, TriviaQA, HotpotQA, 2Wiki asked for English answers "in a few words" and target-language ones "in
+    # one sentence", so the CL judge compared answers of different form
+    (_, en), (_, target) = rowen.answer_prompts("qa", language)
+    assert FEW_WORDS["English"] in en and FEW_WORDS[language] in target and ONE_SENTENCE[language] not in target
+    (_, en), (_, target) = rowen.answer_prompts("truthfulqa", language)
+    assert ONE_SENTENCE["English"] in en and ONE_SENTENCE[language] in target
+    (cot, en), (cot_t, target) = rowen.answer_prompts("strategyqa", language)
+    assert "True or False" in en and target == rowen.TARGET[language]["final_yn"] and cot_t == rowen.TARGET[language]["cot_yn"]
+
+
+def test_a_short_answer_run_asks_both_languages_for_a_few_words(monkeypatch, tiny):
+    record = {"id": "q1", "question": "Who founded Alpha?", "answers": ["Beta"], "dataset": "nq"}
+    out, script = run_scripted(monkeypatch, tiny, TQA_RULES, record, mode="cl", threshold=0.0)
+    shorts = [u for _, us in script.batches for u in us if u in (rowen.FINAL["qa"], rowen.TARGET["Chinese"]["final_qa"])]
+    assert shorts.count(rowen.FINAL["qa"]) == 1 + len(out["trace"]["perturbed_questions"])       # x0 and X
+    assert shorts.count(rowen.TARGET["Chinese"]["final_qa"]) == len(out["trace"]["translations"])
+    assert not any(rowen.TARGET["Chinese"]["final"] in u for _, us in script.batches for u in us)
 
 
 def test_label_checks_without_judge():
@@ -110,6 +178,14 @@ def test_clean_answer_and_task():
     # not labels: kept as they are
     ("SALMON FIRST: Yes", "qa", "SALMON FIRST: Yes"), ("The answer is Paris.", "qa", "The answer is Paris."),
     ("Answering machines: 1971", "qa", "Answering machines: 1971"), ("你的简短回答中，我们可以看到。", "qa", "你的简短回答中，我们可以看到。"),
+    # a line that introduces the answer is never the answer (it used to replace it)
+    ("Based on my reasoning above, the answer is:\nFalse", "strategyqa", "False"),
+    ("Here is the translation:\n长城从月球上看得见吗？", "qa", "长城从月球上看得见吗？"),
+    ("The answer is\n\n**Paris**", "qa", "Paris"), ("**So the final verdict is:**\nTrue", "strategyqa", "True"),
+    ("Based on my reasoning above, the answer is:", "qa", ""),          # no answer given: unknown
+    ("So:\nThe answer is: Yes", "qa", "Yes"),
+    # TruthfulQA answers are free text: an opening line ending in ":" is part of it
+    ("No, for two reasons:\n1. It is narrow.", "truthfulqa", "No, for two reasons:\n1. It is narrow."),
 ])
 def test_clean_answer_strips_labels_before_the_first_line(text, task, answer):
     assert rowen.clean_answer(text, task) == answer
@@ -143,11 +219,26 @@ def test_strategyqa_label_on_its_own_line_is_read(monkeypatch, tiny):
     assert out["trace"]["repair_output"] == "Your final answer (True or False):\nFalse"      # kept raw
 
 
+def test_an_opening_line_that_introduces_the_answer_is_not_the_answer(monkeypatch, tiny):
+    # the repair opens with an introduction: the old clean_answer kept it as the answer, read no verdict in it
+    # and predicted "unknown" for a gold "no"
+    rules = {**SQA_RULES, "M": [("Search results:", "Based on my reasoning above, the answer is:\nFalse")] + SQA_RULES["M"]}
+    out, _ = run_scripted(monkeypatch, tiny, rules, SQA, threshold=1.1)
+    assert out["trace"]["final_answer"] == "False" and out["prediction"] == "no"
+    # a translation that opens with "Here is the translation:" was the translated question itself
+    rules = {**TQA_RULES, "M": [("Translate this sentence", lambda u: "Here is the translation:\nZH:" + u.split("\n")[-1])]
+             + TQA_RULES["M"]}
+    out, script = run_scripted(monkeypatch, tiny, rules, TQA, threshold=1.1)
+    xs = out["trace"]["perturbed_questions"]
+    assert out["trace"]["translations"] == ["ZH:" + x for x in xs]
+    assert not any("Here is the translation" in u for _, us in script.batches for u in us if "我的问题" in u)
+
+
 def test_own_prompts_end_in_an_instruction_and_the_repair_asks_the_question_last():
     # a trailing answer label is what a small chat model copies ("Your revised short answer: ..."), and the
     # old repair prompt ended in advice about the evidence that came back as the answer in 40 of 50 runs
     ours = list(rowen.FINAL.values()) + list(rowen.REPAIR.values()) + [rowen.REFORMULATE]
-    ours += [p[k] for p in rowen.TARGET.values() for k in ("final", "final_yn")]
+    ours += [p[k] for p in rowen.TARGET.values() for k in ("final", "final_yn", "final_qa")]
     assert not [p for p in ours if p.rstrip().endswith((":", "："))]
     for task, template in rowen.REPAIR.items():
         text = template.format(question="Who founded Alpha?", initial_long_answer="Alpha was founded by Gamma.",
@@ -183,6 +274,12 @@ def test_chat_template_and_transcript():
     assert common.turn_stops(tok) == ()
 
 
+def test_the_docstring_says_truthfulqa_has_no_gpt_judge_and_what_stands_in():
+    doc = " ".join(rowen.__doc__.split())
+    assert "no GPT-judge, the paper's headline metric" in doc and "`closer_to_correct`" in doc
+    assert "closer_to_correct" in metrics.NO_GPT_JUDGE
+
+
 # ---------------------------------------------------------------------------------------------- scores
 
 def test_consistency_score():
@@ -208,6 +305,17 @@ def test_thresholds_and_strict_decision():
     assert not rowen.should_retrieve(rowen.hybrid_score(0.5, 0.0), t)     # 0.5 = 0.5 keeps r0
     # k = 6, alpha = 1: 2 of the 12 checks agree retrieves, 3 keep r0
     assert rowen.should_retrieve(rowen.hybrid_score(1 / 6, 1 / 6), t) and not rowen.should_retrieve(rowen.hybrid_score(1 / 6, 2 / 6), t)
+
+
+def test_the_threshold_note_states_what_was_measured_and_with_which_models():
+    # the "why not calibrated" note was measured with SmolLM2-135M as M and Gemma-3-270M as M_V, before the
+    # default M became Qwen; it read as if it held for today's defaults
+    doc = " ".join(rowen.default_threshold.__doc__.split())
+    names = {"qwen2.5-coder-0.5b": "Qwen2.5-Coder-0.5B-Instruct", "smollm2-135m": "SmolLM2-135M-Instruct"}
+    assert (f"Not calibrated for today's defaults (MODEL {names[rowen.MODEL]} as M and judge, "
+            f"VERIFIER {names[rowen.VERIFIER]}): no run in results/ uses them") in doc
+    assert "used SmolLM2-135M as M and judge and Gemma-3-270M as M_V" in doc
+    assert "It says nothing about today's models" in doc
 
 
 def test_evidence_lines_format():
@@ -296,6 +404,18 @@ def test_truthfulqa_pipeline_hand_computed(monkeypatch, tiny):
     assert TQA["question"] in repair and "Let me think. It is visible." in repair and tr["evidence"][0] in repair
     out, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA)        # the default hybrid threshold 0.5: 1.0 keeps r0
     assert out["trace"]["threshold"] == 0.5 and out["trace"]["decision"] is False
+
+
+def test_judge_replies_that_say_no_in_passing_read_true(monkeypatch, tiny):
+    # every judge answers "True" and goes on with a "no": the old reader wanted all yes/no words to agree,
+    # read each as None (not consistent), so Z was 0.00 instead of 2.00 and the method retrieved
+    rules = {**TQA_RULES, "M": [("answer A in English", "True, there is no contradiction."),
+                                ("QA pair 1", "True. Both say no.")] + TQA_RULES["M"]}
+    out, _ = run_scripted(monkeypatch, tiny, rules, TQA)
+    tr = out["trace"]
+    assert tr["cl_verdicts"] == [True] * 3 and tr["cm_verdicts"] == [True] * 3
+    assert tr["z"] == 2.0 and tr["decision"] is False and out["retrievals"] == 0
+    assert out["prediction"] == tr["initial_answer"] == "Yes, it can be seen."
 
 
 def test_decision_follows_z_and_the_baselines(monkeypatch, tiny):
@@ -482,7 +602,7 @@ def test_one_question_on_embedded_models(tmp_path, monkeypatch):
 def test_modes_re_read_from_one_hybrid_always_run():
     def row(qid, z_cl, z_cm, task="qa"):
         return {"id": qid, "answers": ["x"], "prediction": "repaired", "retrievals": 2, "model_calls": 40,
-                "seconds": 1.0, "trace": {"task": task, "z_cl": z_cl, "z_cm": z_cm, "retrieved": True,
+                "seconds": 1.0, "trace": {"task": task, "z_cl": z_cl, "z_cm": z_cm, "alpha": 1.0, "retrieved": True,
                                           "queries": ["q1", "q2"], "initial_answer": "r0",
                                           "final_answer": "repaired"}}
     # thresholds 0.6 (CL), 0.8 (CM), 0.5 (hybrid): Z_CL 0.5 retrieves, Z_CM 1.0 does not, 1.5 does not
@@ -508,7 +628,7 @@ def test_modes_re_read_from_one_hybrid_always_run():
 def test_modes_from_cli_reads_the_first_rows(tmp_path, capsys):
     def row(qid, z, initial):
         return {"id": qid, "answers": ["Paris"], "prediction": "Paris", "retrievals": 2, "model_calls": 40,
-                "seconds": 1.0, "trace": {"task": "qa", "z_cl": z, "z_cm": z, "retrieved": True,
+                "seconds": 1.0, "trace": {"task": "qa", "z_cl": z, "z_cm": z, "alpha": 1.0, "retrieved": True,
                                           "queries": ["q1", "q2"], "initial_answer": initial, "final_answer": "Paris"}}
     path = tmp_path / "run.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in [row("a", 1.0, "Rome"), row("b", 0.0, "Paris"),
@@ -524,7 +644,7 @@ def test_modes_from_cli_reads_the_first_rows(tmp_path, capsys):
 def test_detection_quality_auc_and_flag_rates():
     def row(r0, z_cl, z_cm):
         return {"id": r0, "answers": ["Paris"], "trace": {"task": "qa", "initial_answer": r0, "z_cl": z_cl,
-                                                          "z_cm": z_cm}}
+                                                          "z_cm": z_cm, "alpha": 1.0}}
     rows = [row("Paris", 1.0, 0.5), row("It is Paris.", 0.5, 1.0), row("Lyon", 0.5, 0.0), row("Nice", 0.0, 1.0)]
     q = metrics.detection_quality(rows)
     assert (q["n"], q["wrong"]) == (4, 2)
@@ -536,3 +656,28 @@ def test_detection_quality_auc_and_flag_rates():
     assert q["hybrid"] == {"auc": 1.0, "retrieve_wrong": 0.0, "retrieve_right": 0.0}
     with pytest.raises(common.InputError):
         metrics.detection_quality([row("Paris", 1.0, None)])
+
+
+def test_modes_and_detection_take_alpha_from_each_trace(tmp_path, capsys):
+    # a run with alpha 0.5: Z_CL 0.0, Z_CM 0.8 gives hybrid Z 0.4 < 0.5 (retrieve); alpha 1.0 gave 0.8 (keep r0)
+    def row(qid, z_cl, z_cm, initial, alpha=0.5):
+        return {"id": qid, "answers": ["Paris"], "prediction": "Paris", "retrievals": 2, "model_calls": 40,
+                "seconds": 1.0, "trace": {"task": "qa", "z_cl": z_cl, "z_cm": z_cm, "alpha": alpha, "retrieved": True,
+                                          "queries": ["q1", "q2"], "initial_answer": initial, "final_answer": "Paris"}}
+    rows = [row("a", 0.0, 0.8, "Rome"), row("b", 0.5, 0.0, "Paris")]
+    assert metrics.mode_score(rows[0]["trace"], "hybrid") == pytest.approx(0.4)
+    assert [r["prediction"] for r in metrics.modes_from_run(rows)["hybrid"]] == ["Paris", "Paris"]   # a repaired, b kept
+    # detection: right r0 (b) has hybrid Z 0.5, wrong r0 (a) 0.4: AUC 1 (with alpha 1.0: 0.8 > 0.5, AUC 0)
+    q = metrics.detection_quality(rows)
+    assert q["hybrid"] == {"auc": 1.0, "retrieve_wrong": 1.0, "retrieve_right": 0.0}
+    # the signals table reads the same Z
+    assert metrics.signal_scores(rows)[1]["-Z_hybrid"] == [pytest.approx(-0.4), pytest.approx(-0.5)]
+    # --modes-from: the run's alpha, whatever --alpha says
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rowen.main(["--modes-from", str(path), "--alpha", "2"])
+    out = capsys.readouterr().out
+    assert "| rowen-hybrid | 2 | 100.0 |" in out and "Z_hybrid: AUC 1.0, retrieves 1.0 of wrong and 0.0 of right" in out
+    # rows of runs with different alphas are each read with their own
+    mixed = [row("a", 0.0, 0.8, "Rome", alpha=1.0), row("b", 0.5, 0.0, "Paris")]
+    assert [metrics.mode_score(r["trace"], "hybrid") for r in mixed] == [pytest.approx(0.8), pytest.approx(0.5)]
