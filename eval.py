@@ -327,117 +327,13 @@ def main(argv=None):
 
 
 # ==============================================================================================
-# Rowen detection analysis
-#
-# Re-reads one `rowen.py --mode hybrid` output file: how well Z_CL, Z_CM and the hybrid Z flag wrong
-# initial answers, and (for an --always-retrieve run) what Rowen-CL, -CM, -Hybrid and never-retrieve
-# would have answered. Kept here, out of rowen.py, so that the method file reads Stage 1 -> 2 -> 3.
-# Usage: python rowen.py --modes-from FILE [--limit N]
-# The hybrid Z of a row is Z_CL + alpha Z_CM with the alpha of the run that wrote it (its trace), never
-# a default or the command line's.
-#
-# subtle: rowen.py imports this file, so rowen (and common) are imported inside the functions.
-
-def mode_score(trace, mode):
-    """Z of one mode from a Rowen trace that holds Z_CL and Z_CM (hybrid: Eq. 6 with the trace's alpha)."""
-    import rowen
-    # every rowen.py trace records its alpha; a hand-made row without one is read at the default
-    alpha = trace.get("alpha", rowen.ALPHA)
-    return rowen.hybrid_score(trace["z_cl"], trace["z_cm"], alpha) if mode == "hybrid" else trace[f"z_{mode}"]
-
-
-def at_threshold(rows, mode, threshold):
-    """The rows a Rowen run of `mode` with this threshold would give, re-read from one `--mode hybrid
-    --always-retrieve` run. Every mode draws the same perturbations (same seed) and gets the same greedy
-    answers and verdicts, and retrieval repairs with the same greedy call, so the prediction is the
-    run's repaired answer iff Z_mode < threshold, else r0 (exactly what a run of that mode returns).
-    Model calls and seconds stay those of the hybrid run (a CL-only run makes fewer)."""
-    import common
-    import rowen
-    out = []
-    for row in rows:
-        tr = row["trace"]
-        if tr.get("z_cl") is None or tr.get("z_cm") is None or not tr.get("retrieved"):
-            raise common.InputError(f"{row['id']}: not from a --mode hybrid --always-retrieve run")
-        retrieve = rowen.should_retrieve(mode_score(tr, mode), threshold)
-        final = tr["final_answer"] if retrieve else tr["initial_answer"]
-        if tr["task"] == "strategyqa":
-            final = rowen.yes_no_label(final)
-        out.append({**row, "prediction": final, "retrievals": len(tr["queries"]) if retrieve else 0})
-    return out
-
-
-def modes_from_run(rows):
-    """Rowen-CL, -CM, -Hybrid at their default thresholds and the never-retrieve baseline (threshold
-    0: Z < 0 never holds), re-read from one `--mode hybrid --always-retrieve` run (at_threshold)."""
-    import rowen
-    out = {m: at_threshold(rows, m, rowen.default_threshold(m)) for m in ("cl", "cm", "hybrid")}
-    out["never"] = at_threshold(rows, "hybrid", 0.0)
-    return out
-
-
-def initial_is_right(row):
-    """Whether Rowen's r0 (the initial answer) is right: StrategyQA's label, TruthfulQA's
-    closer-to-correct, otherwise the gold answer contained in it (CtrlA's accuracy)."""
-    import rowen
-    r0 = row["trace"]["initial_answer"]
-    if row["trace"]["task"] == "strategyqa":
-        r0 = rowen.yes_no_label(r0)
-    return is_right(row, r0)
-
-
-def detection_quality(rows):
-    """Does a low Z go with a wrong initial answer? Per score (Z_CL, Z_CM, hybrid): the AUC of Z
-    separating right from wrong r0 (the chance that a random right answer has the higher Z, i.e.
-    auroc of -Z against wrong; ties count half; 0.5 = no signal), and the rate at which the default
-    threshold sends wrong and right answers to retrieval."""
-    import common
-    import rowen
-    if any(r["trace"].get("z_cl") is None or r["trace"].get("z_cm") is None for r in rows):
-        raise common.InputError("detection quality needs Z_CL and Z_CM: a --mode hybrid run")
-    right = [initial_is_right(r) for r in rows]
-    out = {"n": len(rows), "wrong": right.count(False)}
-    for name in ("cl", "cm", "hybrid"):
-        z = [mode_score(r["trace"], name) for r in rows]
-        good = [v for v, ok in zip(z, right) if ok]
-        bad = [v for v, ok in zip(z, right) if not ok]
-        auc = auroc([-v for v in z], [not ok for ok in right])
-        th = rowen.default_threshold(name)
-        out[name] = {"auc": round(auc, 3) if auc is not None else None,
-                     "retrieve_wrong": round(sum(v < th for v in bad) / len(bad), 3) if bad else None,
-                     "retrieve_right": round(sum(v < th for v in good) / len(good), 3) if good else None}
-    return out
-
-
-def rowen_report(path, limit=None):
-    """The text `rowen.py --modes-from FILE` prints: for an --always-retrieve run the modes' table
-    (modes_from_run), then detection_quality; with `limit`, the file's first rows only."""
-    import common
-    try:
-        rows = read_rows(path)
-    except (OSError, ValueError) as e:
-        raise common.InputError(f"--modes-from: {e}") from None
-    rows = rows[:limit] if limit else rows
-    lines = []
-    if all(r["trace"].get("retrieved") for r in rows):
-        table = [(f"rowen-{m}", summarize(r)) for m, r in modes_from_run(rows).items()]
-        lines.append(format_table(table, markdown=True))
-    q = detection_quality(rows)
-    lines.append(f"detection on {q['n']} questions, {q['wrong']} initial answers wrong:")
-    for name in ("cl", "cm", "hybrid"):
-        lines.append(f"  Z_{name}: AUC {q[name]['auc']}, retrieves {q[name]['retrieve_wrong']} of wrong and "
-                     f"{q[name]['retrieve_right']} of right answers")
-    return "\n".join(lines)
-
-
-# ==============================================================================================
 # Signals: each method's own score against the correctness of the answer it gives unaided
 #
 # python eval.py signals FILE... [--markdown] [--resamples N]
 # A file qualifies when each row holds both the method's score and the answer the model gave without
 # retrieval:
 # - `seakr.py --calibrate`: the eigen score U of each direct answer and the simpler estimators the
-#   paper ablates (4.4): perplexity, multi-perplexity, LN-entropy (seakr.uncertainty_baselines);
+#   paper ablates (5.1): perplexity, multi-perplexity, LN-entropy (seakr.uncertainty_baselines);
 # - `ctrla.py --monitor-only`: the confidence monitor over the closed-book answer: its trigger (the
 #   method's own decision, 0 or 1) and the lowest token score minus tau over the answer;
 # - `rowen.py --mode hybrid` (any retrieval setting): Z_CL, Z_CM and the hybrid Z of the initial
@@ -503,11 +399,14 @@ def signal_scores(rows):
         return None
     first = rows[0]["trace"]
     if "z_cl" in first or "z_cm" in first:
-        import rowen
-        names = [m for m in ("cl", "cm") if all(r["trace"].get(f"z_{m}") is not None for r in rows)]
-        names += ["hybrid"] * (len(names) == 2)
-        return ("Rowen", {f"-Z_{m.upper() if m != 'hybrid' else 'hybrid'}": [-mode_score(r["trace"], m) for r in rows] for m in names},
-                [not initial_is_right(r) for r in rows])
+        # Rowen: each Z the trace holds (a low Z sends r0 to retrieval), against what the run would have
+        # predicted without retrieval (initial_prediction; older traces: r0 as written)
+        scores = {f"-Z_{m.upper()}": [-r["trace"][f"z_{m}"] for r in rows]
+                  for m in ("cl", "cm") if all(r["trace"].get(f"z_{m}") is not None for r in rows)}
+        if all(r["trace"].get("mode") == "hybrid" and r["trace"].get("z") is not None for r in rows):
+            scores["-Z_hybrid"] = [-r["trace"]["z"] for r in rows]
+        initial = [r["trace"].get("initial_prediction", r["trace"].get("initial_answer", "")) for r in rows]
+        return "Rowen", scores, [not is_right(r, p) for r, p in zip(rows, initial)]
     if "direct" in first and "score" in first:
         names = {"eigen score U": "score", "perplexity": "perplexity",
                  "multi-perplexity": "multi_perplexity", "LN-entropy": "ln_entropy"}

@@ -77,8 +77,6 @@ from dataclasses import dataclass, field
 
 import common
 import eval as metrics
-# re-read a --mode hybrid run at other modes and thresholds (benchmarks/run_all.py, --modes-from)
-from eval import at_threshold, detection_quality, modes_from_run  # noqa: F401
 
 # ----------------------------------------------------------------------------------------------
 # Settings (source in brackets)
@@ -491,7 +489,8 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
     longs, shorts = answer(main_lm, [x0] + xs + xts, [english] * (1 + len(xs)) + [target] * len(xts),
                            s, calls, "main", task)
     t0, r0, rs, rts = longs[0], shorts[0], shorts[1:1 + len(xs)], shorts[1 + len(xs):]   # Stage 1, Eq. 1, Eq. 2
-    trace.update(initial_long_answer=t0, initial_answer=r0, perturbation_output=raw, perturbed_questions=xs, answers=rs)
+    trace.update(initial_long_answer=t0, initial_answer=r0, initial_prediction=yes_no_label(r0) if yn else r0,
+                 perturbation_output=raw, perturbed_questions=xs, answers=rs)
     rvs = answer(verifier_lm, xs, [english] * len(xs), s, calls, "verifier", task)[1] if cm else []   # Eq. 3
 
     # The checking operator C: StrategyQA compares labels [official]; otherwise M judges every pair, the
@@ -544,6 +543,98 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
+# Detection analysis: one `--mode hybrid` output re-read (python rowen.py --modes-from FILE [--limit N])
+#
+# How well Z_CL, Z_CM and the hybrid Z flag wrong initial answers, and (for an --always-retrieve run)
+# what Rowen-CL, -CM, -Hybrid and never-retrieve would have answered. The hybrid Z of a row is
+# Z_CL + alpha Z_CM with the alpha of the run that wrote it (its trace), never a default or the
+# command line's.
+
+def mode_score(trace, mode):
+    """Z of one mode from a Rowen trace that holds Z_CL and Z_CM (hybrid: Eq. 6 with the trace's alpha)."""
+    # every rowen.py trace records its alpha; a hand-made row without one is read at the default
+    alpha = trace.get("alpha", ALPHA)
+    return hybrid_score(trace["z_cl"], trace["z_cm"], alpha) if mode == "hybrid" else trace[f"z_{mode}"]
+
+
+def at_threshold(rows, mode, threshold):
+    """The rows a Rowen run of `mode` with this threshold would give, re-read from one `--mode hybrid
+    --always-retrieve` run. Every mode draws the same perturbations (same seed) and gets the same greedy
+    answers and verdicts, and retrieval repairs with the same greedy call, so the prediction is the
+    run's repaired answer iff Z_mode < threshold, else r0 (exactly what a run of that mode returns).
+    Model calls and seconds stay those of the hybrid run (a CL-only run makes fewer)."""
+    out = []
+    for row in rows:
+        tr = row["trace"]
+        if tr.get("z_cl") is None or tr.get("z_cm") is None or not tr.get("retrieved"):
+            raise common.InputError(f"{row['id']}: not from a --mode hybrid --always-retrieve run")
+        retrieve = should_retrieve(mode_score(tr, mode), threshold)
+        final = tr["final_answer"] if retrieve else tr["initial_answer"]
+        if tr["task"] == "strategyqa":
+            final = yes_no_label(final)
+        out.append({**row, "prediction": final, "retrievals": len(tr["queries"]) if retrieve else 0})
+    return out
+
+
+def modes_from_run(rows):
+    """Rowen-CL, -CM, -Hybrid at their default thresholds and the never-retrieve baseline (threshold
+    0: Z < 0 never holds), re-read from one `--mode hybrid --always-retrieve` run (at_threshold)."""
+    out = {m: at_threshold(rows, m, default_threshold(m)) for m in ("cl", "cm", "hybrid")}
+    out["never"] = at_threshold(rows, "hybrid", 0.0)
+    return out
+
+
+def initial_is_right(row):
+    """Whether Rowen's r0 (the initial answer) is right: StrategyQA's label, TruthfulQA's
+    closer-to-correct, otherwise the gold answer contained in it (CtrlA's accuracy)."""
+    r0 = row["trace"]["initial_answer"]
+    if row["trace"]["task"] == "strategyqa":
+        r0 = yes_no_label(r0)
+    return metrics.is_right(row, r0)
+
+
+def detection_quality(rows):
+    """Does a low Z go with a wrong initial answer? Per score (Z_CL, Z_CM, hybrid): the AUC of Z
+    separating right from wrong r0 (the chance that a random right answer has the higher Z, i.e.
+    auroc of -Z against wrong; ties count half; 0.5 = no signal), and the rate at which the default
+    threshold sends wrong and right answers to retrieval."""
+    if any(r["trace"].get("z_cl") is None or r["trace"].get("z_cm") is None for r in rows):
+        raise common.InputError("detection quality needs Z_CL and Z_CM: a --mode hybrid run")
+    right = [initial_is_right(r) for r in rows]
+    out = {"n": len(rows), "wrong": right.count(False)}
+    for name in ("cl", "cm", "hybrid"):
+        z = [mode_score(r["trace"], name) for r in rows]
+        good = [v for v, ok in zip(z, right) if ok]
+        bad = [v for v, ok in zip(z, right) if not ok]
+        auc = metrics.auroc([-v for v in z], [not ok for ok in right])
+        th = default_threshold(name)
+        out[name] = {"auc": round(auc, 3) if auc is not None else None,
+                     "retrieve_wrong": round(sum(v < th for v in bad) / len(bad), 3) if bad else None,
+                     "retrieve_right": round(sum(v < th for v in good) / len(good), 3) if good else None}
+    return out
+
+
+def report(path, limit=None):
+    """The text `rowen.py --modes-from FILE` prints: for an --always-retrieve run the modes' table
+    (modes_from_run), then detection_quality; with `limit`, the file's first rows only."""
+    try:
+        rows = metrics.read_rows(path)
+    except (OSError, ValueError) as e:
+        raise common.InputError(f"--modes-from: {e}") from None
+    rows = rows[:limit] if limit else rows
+    lines = []
+    if all(r["trace"].get("retrieved") for r in rows):
+        table = [(f"rowen-{m}", metrics.summarize(r)) for m, r in modes_from_run(rows).items()]
+        lines.append(metrics.format_table(table, markdown=True))
+    q = detection_quality(rows)
+    lines.append(f"detection on {q['n']} questions, {q['wrong']} initial answers wrong:")
+    for name in ("cl", "cm", "hybrid"):
+        lines.append(f"  Z_{name}: AUC {q[name]['auc']}, retrieves {q[name]['retrieve_wrong']} of wrong and "
+                     f"{q[name]['retrieve_right']} of right answers")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
 # Command line
 
 def run_name(args) -> str:
@@ -574,12 +665,12 @@ def main(argv=None):
     baseline.add_argument("--always-retrieve", action="store_true", help="baseline: always search and repair")
     p.add_argument("--modes-from", metavar="FILE",
                    help="read a --mode hybrid output file: print how well Z_CL, Z_CM and Z flag wrong initial "
-                        "answers (eval.detection_quality) and, for an --always-retrieve run, Rowen-CL, -CM, "
-                        "-Hybrid and never-retrieve re-read from it (eval.modes_from_run); the hybrid Z with the alpha of "
+                        "answers (detection_quality) and, for an --always-retrieve run, Rowen-CL, -CM, "
+                        "-Hybrid and never-retrieve re-read from it (modes_from_run); the hybrid Z with the alpha of "
                         "the run (its traces), not --alpha; with --limit N, its first N rows; then exit")
     args = p.parse_args(argv)
-    if args.modes_from:   # the analysis lives in eval.py ("Rowen detection analysis")
-        print(metrics.rowen_report(args.modes_from, args.limit))
+    if args.modes_from:   # the analysis section above
+        print(report(args.modes_from, args.limit))
         return
     if args.k < 1:
         raise common.InputError(f"--k {args.k}: need at least one perturbed question")

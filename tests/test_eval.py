@@ -10,6 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import eval as ev  # noqa: E402  (the project's eval.py, not the builtin function)
+import rowen  # noqa: E402
 
 
 # ------------------------------------------------------------------ EM / F1
@@ -306,13 +307,29 @@ def test_signals_of_a_ctrla_monitor_only_file():
 def test_signals_of_a_rowen_run_agree_with_detection_quality():
     def row(r0, z_cl, z_cm):
         return {"id": r0, "answers": ["Paris"], "prediction": r0,
-                "trace": {"task": "qa", "initial_answer": r0, "z_cl": z_cl, "z_cm": z_cm, "alpha": 1.0}}
+                "trace": {"task": "qa", "mode": "hybrid", "initial_answer": r0, "initial_prediction": r0,
+                          "z_cl": z_cl, "z_cm": z_cm, "z": z_cl + z_cm, "alpha": 1.0}}
     rows = [row("Paris", 1.0, 0.5), row("It is Paris.", 0.5, 1.0), row("Lyon", 0.5, 0.0), row("Nice", 0.0, 1.0)]
     got = ev.signals(rows, resamples=100)["signals"]
-    q = ev.detection_quality(rows)
+    q = rowen.detection_quality(rows)
     # a low Z flags a wrong r0: AUROC of -Z against wrong is the chance a right answer has the higher Z
     assert [got[f"-Z_{m}"]["auroc"] for m in ("CL", "CM", "hybrid")] == [q[m]["auc"] for m in ("cl", "cm", "hybrid")]
     assert got["-Z_CL"]["auroc"] == 0.875
+    # a --mode cl run has one Z: no hybrid signal is made up from a Z_CM it does not hold
+    cl_only = [{**r, "trace": {**r["trace"], "mode": "cl", "z_cm": None, "z": r["trace"]["z_cl"]}} for r in rows]
+    assert list(ev.signals(cl_only, resamples=10)["signals"]) == ["-Z_CL"]
+
+
+def test_signals_of_strategyqa_read_the_runs_own_initial_label():
+    """StrategyQA: r0 is scored as the run labelled it (initial_prediction), not re-read by eval."""
+    def row(r0, label, z):
+        return {"id": r0, "answers": ["yes"], "label": True, "prediction": label,
+                "trace": {"task": "strategyqa", "mode": "cl", "initial_answer": r0, "initial_prediction": label,
+                          "z_cl": z, "z": z}}
+    # eval's own reader takes the first yes/no word: "No doubt: yes" would read as no
+    rows = [row("No doubt: yes", "yes", 1.0), row("False.", "no", 0.0)]
+    found = ev.signal_scores(rows)
+    assert found[2] == [False, True]
 
 
 def test_signals_cli(tmp_path):

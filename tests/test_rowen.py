@@ -606,23 +606,23 @@ def test_modes_re_read_from_one_hybrid_always_run():
                                           "queries": ["q1", "q2"], "initial_answer": "r0",
                                           "final_answer": "repaired"}}
     # thresholds 0.6 (CL), 0.8 (CM), 0.5 (hybrid): Z_CL 0.5 retrieves, Z_CM 1.0 does not, 1.5 does not
-    modes = metrics.modes_from_run([row("a", 0.5, 1.0), row("b", 0.0, 0.0)])
+    modes = rowen.modes_from_run([row("a", 0.5, 1.0), row("b", 0.0, 0.0)])
     assert [r["prediction"] for r in modes["cl"]] == ["repaired", "repaired"]
     assert [r["prediction"] for r in modes["cm"]] == ["r0", "repaired"]
     assert [r["prediction"] for r in modes["hybrid"]] == ["r0", "repaired"]
     assert [r["prediction"] for r in modes["never"]] == ["r0", "r0"]
     assert [r["retrievals"] for r in modes["cm"]] == [0, 2]
     # any threshold: hybrid Z = 1.5 and 0.0
-    sweep = {t: [r["prediction"] for r in metrics.at_threshold([row("a", 0.5, 1.0), row("b", 0.0, 0.0)], "hybrid", t)]
+    sweep = {t: [r["prediction"] for r in rowen.at_threshold([row("a", 0.5, 1.0), row("b", 0.0, 0.0)], "hybrid", t)]
              for t in (0.0, 1.0, 1.5, 1.6)}
     assert sweep == {0.0: ["r0", "r0"], 1.0: ["r0", "repaired"], 1.5: ["r0", "repaired"], 1.6: ["repaired"] * 2}
     # Z exactly at the threshold keeps r0; StrategyQA answers are read as yes / no
     sq = row("c", 0.6, 0.8, task="strategyqa")
     sq["trace"].update(initial_answer="No.", final_answer="Yes, it can.")
-    modes = metrics.modes_from_run([sq])
+    modes = rowen.modes_from_run([sq])
     assert modes["cl"][0]["prediction"] == "no" and modes["hybrid"][0]["prediction"] == "no"
     with pytest.raises(common.InputError):
-        metrics.modes_from_run([{**row("d", 0.1, None), "id": "d"}])
+        rowen.modes_from_run([{**row("d", 0.1, None), "id": "d"}])
 
 
 def test_modes_from_cli_reads_the_first_rows(tmp_path, capsys):
@@ -646,7 +646,7 @@ def test_detection_quality_auc_and_flag_rates():
         return {"id": r0, "answers": ["Paris"], "trace": {"task": "qa", "initial_answer": r0, "z_cl": z_cl,
                                                           "z_cm": z_cm, "alpha": 1.0}}
     rows = [row("Paris", 1.0, 0.5), row("It is Paris.", 0.5, 1.0), row("Lyon", 0.5, 0.0), row("Nice", 0.0, 1.0)]
-    q = metrics.detection_quality(rows)
+    q = rowen.detection_quality(rows)
     assert (q["n"], q["wrong"]) == (4, 2)
     # Z_CL: right {1.0, 0.5} vs wrong {0.5, 0.0}: pairs 1, 1, 0.5, 1 -> 3.5 / 4
     assert q["cl"]["auc"] == 0.875
@@ -655,22 +655,23 @@ def test_detection_quality_auc_and_flag_rates():
     # hybrid: right {1.5, 1.5} vs wrong {0.5, 1.0}: all pairs won; threshold 0.5 retrieves none (0.5 is not < 0.5)
     assert q["hybrid"] == {"auc": 1.0, "retrieve_wrong": 0.0, "retrieve_right": 0.0}
     with pytest.raises(common.InputError):
-        metrics.detection_quality([row("Paris", 1.0, None)])
+        rowen.detection_quality([row("Paris", 1.0, None)])
 
 
 def test_modes_and_detection_take_alpha_from_each_trace(tmp_path, capsys):
     # a run with alpha 0.5: Z_CL 0.0, Z_CM 0.8 gives hybrid Z 0.4 < 0.5 (retrieve); alpha 1.0 gave 0.8 (keep r0)
     def row(qid, z_cl, z_cm, initial, alpha=0.5):
         return {"id": qid, "answers": ["Paris"], "prediction": "Paris", "retrievals": 2, "model_calls": 40,
-                "seconds": 1.0, "trace": {"task": "qa", "z_cl": z_cl, "z_cm": z_cm, "alpha": alpha, "retrieved": True,
+                "seconds": 1.0, "trace": {"task": "qa", "mode": "hybrid", "z_cl": z_cl, "z_cm": z_cm,
+                                          "z": z_cl + alpha * z_cm, "alpha": alpha, "retrieved": True,
                                           "queries": ["q1", "q2"], "initial_answer": initial, "final_answer": "Paris"}}
     rows = [row("a", 0.0, 0.8, "Rome"), row("b", 0.5, 0.0, "Paris")]
-    assert metrics.mode_score(rows[0]["trace"], "hybrid") == pytest.approx(0.4)
-    assert [r["prediction"] for r in metrics.modes_from_run(rows)["hybrid"]] == ["Paris", "Paris"]   # a repaired, b kept
+    assert rowen.mode_score(rows[0]["trace"], "hybrid") == pytest.approx(0.4)
+    assert [r["prediction"] for r in rowen.modes_from_run(rows)["hybrid"]] == ["Paris", "Paris"]   # a repaired, b kept
     # detection: right r0 (b) has hybrid Z 0.5, wrong r0 (a) 0.4: AUC 1 (with alpha 1.0: 0.8 > 0.5, AUC 0)
-    q = metrics.detection_quality(rows)
+    q = rowen.detection_quality(rows)
     assert q["hybrid"] == {"auc": 1.0, "retrieve_wrong": 1.0, "retrieve_right": 0.0}
-    # the signals table reads the same Z
+    # the signals table reads the same Z, as the run recorded it
     assert metrics.signal_scores(rows)[1]["-Z_hybrid"] == [pytest.approx(-0.4), pytest.approx(-0.5)]
     # --modes-from: the run's alpha, whatever --alpha says
     path = tmp_path / "run.jsonl"
@@ -680,4 +681,4 @@ def test_modes_and_detection_take_alpha_from_each_trace(tmp_path, capsys):
     assert "| rowen-hybrid | 2 | 100.0 |" in out and "Z_hybrid: AUC 1.0, retrieves 1.0 of wrong and 0.0 of right" in out
     # rows of runs with different alphas are each read with their own
     mixed = [row("a", 0.0, 0.8, "Rome", alpha=1.0), row("b", 0.5, 0.0, "Paris")]
-    assert [metrics.mode_score(r["trace"], "hybrid") for r in mixed] == [pytest.approx(0.8), pytest.approx(0.5)]
+    assert [rowen.mode_score(r["trace"], "hybrid") for r in mixed] == [pytest.approx(0.8), pytest.approx(0.5)]

@@ -21,7 +21,8 @@ def qa(qid, prediction, retrievals, calls=4, seconds=2.0):
 
 def rowen_row(qid, z_cl, z_cm, initial, final):
     return {**qa(qid, final, 2, calls=40, seconds=100.0),
-            "trace": {"task": "qa", "z_cl": z_cl, "z_cm": z_cm, "retrieved": True, "queries": ["a", "b"],
+            "trace": {"task": "qa", "mode": "hybrid", "z_cl": z_cl, "z_cm": z_cm, "z": z_cl + z_cm, "alpha": 1.0,
+                      "retrieved": True, "queries": ["a", "b"],
                       "initial_answer": initial, "final_answer": final}}
 
 
