@@ -91,6 +91,7 @@ from dataclasses import dataclass, field
 import torch
 
 import common
+import eval as metrics
 
 # ----------------------------------------------------------------------------------------------
 # Settings (source in brackets)
@@ -784,7 +785,6 @@ def calibrate(model, tok, args, records: list[dict], s: Settings) -> dict:
     our rule and the paper's condition recommend. The answers go through common.run, so a calibration
     file is an ordinary run file (resumable, its settings beside it; `--output`): each row's trace
     holds the eigen score ("score") and uncertainty_baselines, for `python eval.py signals FILE`."""
-    import eval as metrics
     prefix = load_exemplars("simpleqa")
 
     def solve(rec):
