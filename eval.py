@@ -311,6 +311,9 @@ def main(argv=None):
         named = []
         for path in args.files:
             rows = read_rows(path)
+            if not rows:
+                raise ValueError(f"{path}: no rows to score (an empty file); pass a prediction file with at "
+                                 "least one finished question")
             # a dataset file passed by mistake has no predictions and would silently score 0
             for i, row in enumerate(rows, 1):
                 if "prediction" not in row:
@@ -394,6 +397,11 @@ def signal_scores(rows):
     """(method, {signal name: score per row, higher = less sure}, wrong per row) for a file that
     qualifies (see above), else None. Rows that failed are left out; so is a row whose score is
     missing (an infinite eigen score is written as null), for that score only (None in its list)."""
+    if rows and all({"score", "right"} <= set(r) and "trace" not in r for r in rows):
+        # the older `seakr.py --calibrate` file (results/nq200/): {id, score, answer, right} per question,
+        # right judged when it was written (acc), no trace and so no simpler estimators
+        return ("SeaKR (older calibration file)", {"eigen score U": [r["score"] for r in rows]},
+                [not r["right"] for r in rows])
     rows = [r for r in rows if "error" not in r and isinstance(r.get("trace"), dict)]
     if not rows:
         return None
@@ -444,6 +452,13 @@ def signals(rows, resamples=1000):
     return out
 
 
+def no_auroc_why(sig):
+    """Why a signal has no AUROC: it needs at least one wrong and one right answer."""
+    if not sig["n"]:
+        return "- (no scored rows)"
+    return "- (every answer wrong)" if sig["wrong"] == sig["n"] else "- (no answer wrong)" if not sig["wrong"] else "-"
+
+
 def signals_table(named, markdown=False):
     """One line per (file, signal): the numbers `signals` gives."""
     header = ["file", "method", "signal", "n", "wrong", "AUROC", "95% interval", "flags wrong / right"]
@@ -451,7 +466,7 @@ def signals_table(named, markdown=False):
     for name, found in named:
         for sig, v in found["signals"].items():
             body.append([name, found["method"], sig, str(v["n"]), str(v["wrong"]),
-                         "-" if v["auroc"] is None else f"{v['auroc']:.3f}",
+                         no_auroc_why(v) if v["auroc"] is None else f"{v['auroc']:.3f}",
                          "-" if v["interval"] is None else f"{v['interval'][0]:.2f} to {v['interval'][1]:.2f}",
                          f"{100 * v['flags_wrong']:.0f}% / {100 * v['flags_right']:.0f}%" if "flags_wrong" in v else "-"])
     return render_table(header, body, markdown, left=3)

@@ -237,6 +237,13 @@ def test_cli_table_and_errors(tmp_path):
     assert result.returncode == 2 and "nope.jsonl" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
+    empty = tmp_path / "empty.jsonl"   # an empty file is not a row of zeros
+    empty.write_text("")
+    result = run_cli(empty)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [f"error: {empty}: no rows to score (an empty file); pass a "
+                                                  "prediction file with at least one finished question"]
+
 
 # ------------------------------------------------------------------ signals: a method's score vs wrong answers
 
@@ -345,3 +352,18 @@ def test_signals_cli(tmp_path):
     result = run_cli("signals", plain)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
     assert "no signal in it" in result.stderr
+
+
+def test_signals_read_the_older_calibration_file_and_say_why_an_auroc_is_missing(tmp_path):
+    # results/nq200/seakr-calibrate.jsonl: {id, score, answer, right} per question, no trace
+    old = tmp_path / "seakr-calibrate.jsonl"
+    old.write_text("".join(json.dumps({"id": q, "score": u, "answer": "x", "right": ok}) + "\n"
+                           for q, u, ok in [("a", 3.0, False), ("b", 2.0, True), ("c", 3.5, False), ("d", 2.5, False)]))
+    found = ev.signals(ev.read_rows(old), resamples=20)
+    assert found["method"] == "SeaKR (older calibration file)"
+    # wrong {3.0, 3.5, 2.5} all above the right 2.0: AUROC 1
+    assert found["signals"]["eigen score U"]["auroc"] == 1.0 and found["signals"]["eigen score U"]["wrong"] == 3
+    # one class only: no AUROC, and the table says why instead of a bare "-"
+    all_wrong = [{"id": q, "score": u, "answer": "x", "right": False} for q, u in [("a", 1.0), ("b", 2.0)]]
+    table = ev.signals_table([("f", ev.signals(all_wrong, resamples=5))])
+    assert "- (every answer wrong)" in table

@@ -1,0 +1,68 @@
+"""The house rules of DESIGN.md that the code itself can show: imports run one way (no file imports one
+that imports it back, directly or through others), no project import hides inside a function, and no
+file reaches into another's private (_name) functions."""
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = sorted(p.stem for p in ROOT.glob("*.py"))
+
+
+def project_imports(path: Path) -> list[tuple[str, bool]]:
+    """(project module imported, whether the import sits inside a function) for every import in a file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    inside = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+              for n in ast.walk(f) if n is not f}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        found += [(n, id(node) in inside) for n in names if n in MODULES]
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    return {m: {n for n, _ in project_imports(ROOT / f"{m}.py")} - {m} for m in MODULES}
+
+
+def test_no_file_imports_one_that_imports_it_back():
+    g = graph()
+
+    def reaches(start, goal, seen=()):
+        return any(n == goal or (n not in seen and reaches(n, goal, (*seen, n))) for n in g[start])
+    circles = sorted(m for m in MODULES if reaches(m, m))
+    assert circles == [], f"files on a circle of imports: {circles} (graph: {g})"
+
+
+def test_imports_run_the_way_the_readme_draws_them():
+    g = graph()
+    assert g["retrieval"] == set() and g["eval"] == set()      # the bottom floor: no project import
+    assert g["common"] <= {"retrieval", "eval"}
+    for method in ("seakr", "ctrla", "rowen"):
+        assert g[method] <= {"common", "eval"}, method        # never another method file
+    assert g["view"] <= {"eval"}
+
+
+def test_no_project_import_inside_a_function():
+    hidden = [(m, n) for m in MODULES for n, inside in project_imports(ROOT / f"{m}.py") if inside]
+    assert hidden == []
+
+
+def test_no_file_uses_another_files_private_names():
+    used = []
+    for m in MODULES:
+        tree = ast.parse((ROOT / f"{m}.py").read_text(encoding="utf-8"))
+        aliases = {a.asname or a.name: a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
+                   for a in n.names if a.name in MODULES}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in aliases and aliases[node.value.id] != m
+                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+                used.append(f"{m}.py uses {aliases[node.value.id]}.{node.attr}")
+            if isinstance(node, ast.ImportFrom) and node.module in MODULES and node.module != m:
+                used += [f"{m}.py imports {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    assert used == []
