@@ -931,7 +931,9 @@ def main(argv=None):
         return
     bm25 = common.load_retriever(args, common.load_questions(args), preset="ctrla") if s.retrieve and s.act else None
     run = Run(model, tok, feats, bm25, s)
-    common.run(args, run_name(args, s), lambda rec: solve(run, rec))
+    name = run_name(args, s)
+    args.tau = round(threshold(s, feats, monitor), 6)   # the settings name the tau used, calibrated or given
+    common.run(args, name, lambda rec: solve(run, rec))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -684,7 +684,9 @@ def main(argv=None):
               "(paper: M_V is another model; --verifier picks one)", file=sys.stderr)
     main_lm = common.load_model(args.model, args.dtype, args.device)
     verifier_lm = common.load_model(args.verifier, args.dtype, args.device) if args.mode != "cl" else None
-    common.run(args, run_name(args), lambda rec: solve(rec, main_lm, verifier_lm, bm25, s), records)
+    name = run_name(args)
+    args.threshold = s.z_threshold          # the settings name the threshold used, the mode's default or given
+    common.run(args, name, lambda rec: solve(rec, main_lm, verifier_lm, bm25, s), records)
 
 
 if __name__ == "__main__":

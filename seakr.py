@@ -716,6 +716,8 @@ def main(argv=None):
         solver = solve_multihop if multihop else solve_simple
         return solver(model, tok, bm25, prefixes[exemplars], edit_question(rec["question"], multihop), s, budget)
 
+    # the settings name the delta and layer this run used, not "the model's default" (None)
+    args.threshold, args.layer = s.delta, s.layer
     common.run(args, run_name(args.retrieve, not args.no_rerank, args.final), solve, records)
 
 

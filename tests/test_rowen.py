@@ -682,3 +682,16 @@ def test_modes_and_detection_take_alpha_from_each_trace(tmp_path, capsys):
     # rows of runs with different alphas are each read with their own
     mixed = [row("a", 0.0, 0.8, "Rome", alpha=1.0), row("b", 0.5, 0.0, "Paris")]
     assert [rowen.mode_score(r["trace"], "hybrid") for r in mixed] == [pytest.approx(0.8), pytest.approx(0.5)]
+
+
+def test_settings_name_the_threshold_the_run_used(tmp_path, monkeypatch, tiny_real):
+    """A run on the mode's default threshold records it (hybrid: 0.5), so a rerun with another one is
+    refused naming the value, not "None"."""
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: tiny_real)
+    out = tmp_path / "run.jsonl"
+    argv = ["--dataset", "strategyqa", "--limit", "1", "--k", "1", "--output", str(out)]
+    rowen.main(argv)
+    settings = json.loads(out.with_suffix(".settings.json").read_text())
+    assert settings["--threshold"] == rowen.default_threshold("hybrid") == 0.5
+    with pytest.raises(common.InputError, match=r"made with --threshold = 0.5, this run has 0.7"):
+        rowen.main(argv + ["--threshold", "0.7"])

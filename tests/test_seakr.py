@@ -706,3 +706,17 @@ def test_calibration_writes_a_resumable_run_file(tiny, monkeypatch, tmp_path, ca
     monkeypatch.setattr(seakr, "answer_once", lambda *a, **k: pytest.fail("answered again"))
     seakr.main(argv)
     assert [json.loads(x) for x in out.read_text().splitlines()] == rows
+
+
+def test_settings_name_the_delta_and_layer_the_run_used(tmp_path, monkeypatch, tiny_real):
+    """A run on the model's default delta records that delta (and the layer), so a rerun with another one
+    is refused naming the value, not "None", and view.py finds delta in the settings."""
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: tiny_real)
+    out = tmp_path / "run.jsonl"
+    argv = ["--model", "smollm2-135m", "--dataset", "nq", "--limit", "1", "--samples", "2", "--output", str(out)]
+    seakr.main(argv)
+    settings = json.loads(out.with_suffix(".settings.json").read_text())
+    assert settings["--threshold"] == seakr.THRESHOLDS["smollm2-135m"] == 3.69
+    assert settings["--layer"] == seakr.default_layer(tiny_real[0]) == 1     # 4 layers: L/2 - 1
+    with pytest.raises(common.InputError, match=r"made with --threshold = 3.69, this run has 2.0"):
+        seakr.main(argv + ["--threshold", "2.0"])
