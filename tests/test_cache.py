@@ -297,3 +297,16 @@ def test_a_cache_path_that_is_a_file_is_one_line_of_bad_input(tmp_path):
         args = p.parse_args(["--dataset", "nq", "--cache", str(where), "--output", str(tmp_path / "o.jsonl")])
         with pytest.raises(common.InputError, match=f"--cache {where}: {why}; pass --cache with a writable"):
             common.check_inputs(args)
+
+
+def test_run_all_passes_one_cache_to_every_run(tmp_path):
+    import sys
+    sys.path.insert(0, str(common.DATA_DIR.parent / "benchmarks"))
+    import run_all
+    a = argparse.Namespace(data=tmp_path / "q.json", corpus="contexts", limit=2, model=None, verifier=None,
+                           out=tmp_path, runs=["all"], deltas=[2.5], taus=[], zs=[], extra=[],
+                           cache=tmp_path / "calls")
+    for name in run_all.runs(a):
+        cmd = run_all.command(name, a)
+        assert cmd[cmd.index("--cache") + 1] == str(tmp_path / "calls")
+    assert "--cache" not in run_all.command("seakr", argparse.Namespace(**{**vars(a), "cache": None}))  # --no-cache
