@@ -759,7 +759,7 @@ def call_key(model, tok, call: str, ids: list[list[int]], settings: dict) -> str
            "code": {"common.py": _file_id(__file__), "torch": torch.__version__,
                     "transformers": _transformers_version()},
            "eos": sorted(eos_ids(model, tok)), "steering": steering, "prompts": ids, **settings}
-    return json.dumps(key, sort_keys=True, separators=(",", ":"))
+    return json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def cpu_name() -> str:
@@ -809,12 +809,18 @@ def _model_fingerprint(model) -> str:
         digest.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
         if t.numel() and not t.is_meta:
             flat = t.detach().reshape(-1)
-            picks = torch.linspace(0, flat.numel() - 1, min(flat.numel(), 4096), device=flat.device).long()
-            digest.update(flat[picks].cpu().float().numpy().tobytes())
+            digest.update(flat[evenly_spaced(flat.numel(), 4096).to(flat.device)].cpu().float().numpy().tobytes())
     with torch.no_grad():
         for name, value in model.state_dict().items():
             add(name, value)
     return digest.hexdigest()
+
+
+def evenly_spaced(n: int, count: int) -> torch.Tensor:
+    """min(n, count) indices spread evenly over 0 .. n - 1, both ends included, in integer arithmetic
+    (a float32 linspace rounds the last index of a 28M-element tensor past its end)."""
+    count = min(n, count)
+    return torch.arange(count, dtype=torch.int64) * (n - 1) // max(count - 1, 1)
 
 
 def _tokenizer_fingerprint(tok) -> str:

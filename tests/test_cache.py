@@ -104,6 +104,14 @@ def test_every_input_is_in_the_key(tiny, cache):
     assert key() == keys[0]                                            # steering off again: the plain key
 
 
+def test_the_weights_sample_reaches_the_last_element_of_a_large_tensor():
+    """SmolLM2's embedding has 28,311,552 values: a float32 linspace would index past its end."""
+    for n in (1, 2, 4095, 4096, 4097, 28_311_552, 2 ** 33 + 3):
+        idx = common.evenly_spaced(n, 4096)
+        assert len(idx) == min(n, 4096) and int(idx[0]) == 0 and int(idx[-1]) == n - 1
+        assert bool((idx[1:] > idx[:-1]).all())
+
+
 def _other_tokenizer():
     tok = make_tokenizer()
     tok.add_tokens(["Paris"])                                          # same ids for the prompt, other text
