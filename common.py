@@ -849,8 +849,11 @@ def _read_entry(path: Path, key: str, rows: list[int]) -> list[list[Generation]]
 def _write_entry(path: Path, key: str, outs: list[list[Generation]]) -> None:
     """Store one call's rows atomically (a temporary file renamed): an interrupted run leaves no
     partial entry. A cache that cannot be written is said once; the run goes on without it."""
+    # subtle: a row's hidden state is a view into its decoding step's output; torch.save would write
+    # that whole output (every row of the step) once per step, 5x the bytes of the rows' own states
     entry = {"key": key, "outs": [[{"text": g.text, "token_ids": list(g.token_ids), "logprobs": list(g.logprobs),
-                                    "finish": g.finish, "hidden": g.hidden} for g in p] for p in outs]}
+                                    "finish": g.finish, "hidden": None if g.hidden is None else g.hidden.clone()}
+                                   for g in p] for p in outs]}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

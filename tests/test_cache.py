@@ -52,7 +52,8 @@ def test_a_stored_call_is_returned_exactly_and_runs_no_model(tiny, cache, monkey
     model_refused(monkeypatch)
     again = common.sample_many(model, tok, [PROMPT, PROMPT + " P"], 3, seeds=[5, 6], **kw)
     assert all(same(a, b) for p, q in zip(samples, again) for a, b in zip(p, q))
-    assert all(g.hidden is not None for p in again for g in p)
+    assert all(g.hidden is not None and g.hidden.untyped_storage().nbytes() == g.hidden.numel() * 4
+               for p in again for g in p)                          # each row's own state stored, not its step's
     assert all(same(a, b) for a, b in zip(batch, common.greedy(model, tok, [PROMPT, "Question: who?"],
                                                                 max_new_tokens=10, hidden_module=mlp)))
     assert same(one, common.greedy(model, tok, common.encode(tok, PROMPT), max_new_tokens=10))  # ids: same call
