@@ -32,15 +32,18 @@ import importlib.util
 import json
 import math
 import os
+import platform
 import re
 import sys
 import time
+import weakref
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
+import transformers
 from transformers.cache_utils import DynamicLayer
 
 class InputError(Exception):
@@ -625,7 +628,8 @@ def _sample_many(model, tok, ids: list[list[int]], k: int, seeds: list[int], *, 
 
 @contextlib.contextmanager
 def record_output(module):
-    """Collect `module`'s output (every position) at each forward call; the hook is removed on exit."""
+    """Collect `module`'s output (every position) at each forward call; the hook is removed on exit.
+    A greedy/sample call made meanwhile is computed, never served from the call cache (--cache)."""
     outputs: list[torch.Tensor] = []
     handle = module.register_forward_hook(
         lambda m, i, o: outputs.append((o[0] if isinstance(o, tuple) else o).detach()))
@@ -757,7 +761,7 @@ def call_key(model, tok, call: str, ids: list[list[int]], settings: dict) -> str
                       else f"{dev.type}, {cpu_name()}, {torch.get_num_threads()} threads"),
            "path": "reference" if PLAIN else {"batch": BATCH, "reuse_prefix": REUSE_PREFIX, "share_prompt": SHARE_PROMPT},
            "code": {"common.py": _file_id(__file__), "torch": torch.__version__,
-                    "transformers": _transformers_version()},
+                    "transformers": transformers.__version__},
            "eos": sorted(eos_ids(model, tok)), "steering": steering, "prompts": ids, **settings}
     return json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
 
@@ -771,18 +775,11 @@ def cpu_name() -> str:
                     return line.partition(":")[2].strip()
     except OSError:
         pass
-    import platform
     return platform.processor() or "unknown CPU"
-
-
-def _transformers_version() -> str:
-    import transformers
-    return transformers.__version__
 
 
 def _fingerprint(obj, compute) -> str:
     """compute(obj), once per object (a later object at the same id is not taken for it)."""
-    import weakref
     held = _FINGERPRINTS.get(id(obj))
     if held is None or held[0]() is not obj:
         held = _FINGERPRINTS[id(obj)] = (weakref.ref(obj), compute(obj))
