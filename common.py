@@ -14,12 +14,12 @@ them needs to talk to a language model, a corpus and a question set:
               prompt, batching, a prefix cache: the "Speed machinery" section at the end of the file);
               --plain routes them through reference()
 - hooks:      record_output() and add_to_output(), removed on exit even on an exception
-- call cache: --cache DIR: a greedy/sample call whose inputs all equal a stored one's returns the stored
-              results exactly (through_cache; the key: call_key); off by default
 - retrieval:  open_retriever(spec, preset) -> search(query, k) (retrieval.py: Lucene-parity BM25,
               on-disk index, Elasticsearch), load_corpus(), contexts_corpus()
 - datasets:   load_dataset(name_or_path, limit)
 - run loop:   add_common_args(), run(): one JSON line per question, resume, summary
+- call cache: --cache DIR: a greedy/sample call whose inputs all equal a stored one's returns the stored
+              results exactly (through_cache; the key: call_key); off by default
 """
 from __future__ import annotations
 
