@@ -18,6 +18,8 @@ them needs to talk to a language model, a corpus and a question set:
               (Lucene-parity BM25, corpus files, the on-disk index, Elasticsearch)
 - datasets:   load_dataset(name_or_path, limit)
 - run loop:   add_common_args(), run(): one JSON line per question, resume, summary
+- call cache: --cache DIR: a greedy/sample call whose inputs all equal a stored one's returns the stored
+              results exactly (through_cache; the key: call_key); off by default
 """
 from __future__ import annotations
 
@@ -29,15 +31,18 @@ import importlib.util
 import json
 import math
 import os
+import platform
 import re
 import sys
 import time
+import weakref
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
+import transformers
 from transformers.cache_utils import DynamicLayer
 
 import retrieval
@@ -530,27 +535,36 @@ def greedy(model, tok, prompts: str | list[int] | list, max_new_tokens: int = 64
     is a text or a list of token ids (see encode). Each row is what reference() gives for it.
 
     The batch is left-padded and decoded together; each row gives the same text as decoding it alone.
+    With --cache, a call whose inputs all equal an earlier one's returns its stored rows (call cache).
     """
     single = isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], int))
     batch = [prompts] if single else list(prompts)
     if not batch:
         return []
-    if PLAIN:
-        outs = [reference(model, tok, p, max_new_tokens=max_new_tokens, stop=tuple(stop),
-                          hidden_module=hidden_module)[0] for p in batch]
-        return outs[0] if single else outs
-    if len(batch) > 1 and not BATCH:
-        return [greedy(model, tok, p, max_new_tokens, stop, hidden_module) for p in batch]
     ids = [encode(tok, p) for p in batch]
     for row in ids:
         check_context(model, len(row), max_new_tokens)
+    stop = tuple(stop)
+    compute = partial(_greedy, model, tok, ids, max_new_tokens, stop, hidden_module)
+    outs = [g for [g] in through_cache(model, tok, "greedy", ids, compute, max_new_tokens=max_new_tokens,
+                                       stop=stop, hidden_module=hidden_module)]
+    return outs[0] if single else outs
+
+
+def _greedy(model, tok, ids: list[list[int]], max_new_tokens: int, stop: tuple[str, ...], hidden_module):
+    """greedy() computed: [[Generation]] per prompt."""
+    if PLAIN:
+        return [reference(model, tok, row, max_new_tokens=max_new_tokens, stop=stop, hidden_module=hidden_module)[:1]
+                for row in ids]
+    if len(ids) > 1 and not BATCH:
+        return [_greedy(model, tok, [row], max_new_tokens, stop, hidden_module)[0] for row in ids]
     logits, past, mask, pos = _prefill(model, tok, ids)
     _ROWS.pop(_cache_key(model), None)   # only the last greedy call's rows are kept
-    past = _for_decoding(model, past, len(batch), max_new_tokens + 1)
-    outs = _decode(model, tok, logits, past, mask, pos, sampled=torch.zeros(len(batch), dtype=torch.bool),
-                   max_new_tokens=max_new_tokens, stop=tuple(stop), temperature=1.0, top_k=0, top_p=1.0,
+    past = _for_decoding(model, past, len(ids), max_new_tokens + 1)
+    outs = _decode(model, tok, logits, past, mask, pos, sampled=torch.zeros(len(ids), dtype=torch.bool),
+                   max_new_tokens=max_new_tokens, stop=stop, temperature=1.0, top_k=0, top_p=1.0,
                    generators=None, hidden_module=hidden_module, prompt_ids=ids)
-    return outs[0] if single else outs
+    return [[g] for g in outs]
 
 
 def sample(model, tok, prompt: str, k: int, *, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
@@ -572,19 +586,31 @@ def sample_many(model, tok, prompts: list[str], k: int, *, seeds: list[int], tem
     """sample() for several prompts in one batch (SeaKR's candidate passages): the prompts are
     prefilled together (their shared head once), each gets its k (+1) rows, and each prompt's rows
     draw from a generator seeded with its own seed, so every prompt gets the texts a call of its own
-    would give. With BATCH off, the prompts go one by one."""
+    would give. With BATCH off, the prompts go one by one. With --cache, a call whose inputs all equal
+    an earlier one's returns its stored rows (call cache)."""
     kw = dict(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens,
               stop=tuple(stop), hidden_module=hidden_module, with_greedy=with_greedy)
-    if PLAIN:
-        return [reference(model, tok, p, k, seed=s, **kw) for p, s in zip(prompts, seeds)]
-    if len(prompts) > 1 and not BATCH:
-        return [sample_many(model, tok, [p], k, seeds=[s], **kw)[0] for p, s in zip(prompts, seeds)]
     ids = [encode(tok, p) for p in prompts]
     for row in ids:
         check_context(model, len(row), max_new_tokens)
+    seeds = [int(s) for s in seeds]
+    return through_cache(model, tok, "sample", ids, partial(_sample_many, model, tok, ids, k, seeds, **kw),
+                         k=k, seeds=seeds, **kw)
+
+
+def _sample_many(model, tok, ids: list[list[int]], k: int, seeds: list[int], *, temperature: float, top_k: int,
+                 top_p: float, max_new_tokens: int, stop: tuple[str, ...], hidden_module,
+                 with_greedy: bool) -> list[list[Generation]]:
+    """sample_many() computed."""
+    kw = dict(temperature=temperature, top_k=top_k, top_p=top_p, max_new_tokens=max_new_tokens,
+              stop=stop, hidden_module=hidden_module, with_greedy=with_greedy)
+    if PLAIN:
+        return [reference(model, tok, row, k, seed=s, **kw) for row, s in zip(ids, seeds)]
+    if len(ids) > 1 and not BATCH:
+        return [_sample_many(model, tok, [row], k, [s], **kw)[0] for row, s in zip(ids, seeds)]
     logits, past, mask, pos = _prefill(model, tok, ids)
     per = k + int(with_greedy)
-    rows = per * len(prompts)
+    rows = per * len(ids)
     past = _for_decoding(model, past, rows, max_new_tokens + 1, shared_prompt=SHARE_PROMPT)
     sampled = torch.ones(rows, dtype=torch.bool)
     if with_greedy:
@@ -592,9 +618,9 @@ def sample_many(model, tok, prompts: list[str], k: int, *, seeds: list[int], tem
     generators = [g for seed in seeds for g in [torch.Generator().manual_seed(seed)] * per]
     outs = _decode(model, tok, logits.repeat_interleave(per, 0), past, mask.repeat_interleave(per, 0),
                    pos.repeat_interleave(per), sampled=sampled, max_new_tokens=max_new_tokens,
-                   stop=tuple(stop), temperature=temperature, top_k=top_k, top_p=top_p,
+                   stop=stop, temperature=temperature, top_k=top_k, top_p=top_p,
                    generators=generators, hidden_module=hidden_module)
-    return [outs[i * per:(i + 1) * per] for i in range(len(prompts))]
+    return [outs[i * per:(i + 1) * per] for i in range(len(ids))]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -602,7 +628,8 @@ def sample_many(model, tok, prompts: list[str], k: int, *, seeds: list[int], tem
 
 @contextlib.contextmanager
 def record_output(module):
-    """Collect `module`'s output (every position) at each forward call; the hook is removed on exit."""
+    """Collect `module`'s output (every position) at each forward call; the hook is removed on exit.
+    A greedy/sample call made meanwhile is computed, never served from the call cache (--cache)."""
     outputs: list[torch.Tensor] = []
     handle = module.register_forward_hook(
         lambda m, i, o: outputs.append((o[0] if isinstance(o, tuple) else o).detach()))
@@ -631,6 +658,7 @@ def add_to_output(module, vector: torch.Tensor):
             return (o[0] + vector.to(o[0].dtype).to(o[0].device),) + tuple(o[1:])
         return o + vector.to(o.dtype).to(o.device)
     key = (id(module), hashlib.sha1(vector.detach().float().cpu().numpy().tobytes()).hexdigest())
+    hook.steering = key[1]     # the call cache's key reads it (call_key)
     handle = module.register_forward_hook(hook)
     _STEERING.append(key)
     try:
@@ -638,6 +666,203 @@ def add_to_output(module, vector: torch.Tensor):
     finally:
         handle.remove()
         _STEERING.remove(key)
+
+
+# ----------------------------------------------------------------------------------------------
+# Call cache (--cache DIR)
+#
+# As lm-evaluation-harness's --use_cache: a greedy() / sample_many() call whose inputs all equal an
+# earlier one's returns the stored rows (texts, token ids, log-probabilities, finish, hidden states:
+# exactly, as torch.save wrote them) instead of running the model, so a threshold sweep or an
+# ablation recomputes only the calls that differ from a run already made. Off unless --cache is given
+# (run() sets CALL_CACHE). The key (call_key) is everything a call's rows depend on: the model (its
+# config, its modules as printed, a sample of every weight: _model_fingerprint), the tokenizer,
+# precision, kernel path, attention function, device kind and CPU threads, the decoding path (--plain
+# or the fast path's switches), the code (common.py, torch and transformers versions), the steering
+# vectors in force on its modules, and the call's own arguments (prompt token ids, k, seeds, sampling
+# settings, max tokens, stop strings, which module's hidden state).
+#
+# subtle: a hit returns exactly what the earlier call returned. The fast path's own result for the
+# same inputs can differ in the last float bits with what its prefix cache held (a prompt prefilled
+# whole or from a cached head: 1e-6 in a log-probability; tested within 1e-4 of reference()), so a
+# call served from another run's history equals its recomputation to that tolerance, and the same
+# command run again gives the same file bit for bit (tests/test_cache.py).
+
+CALL_CACHE: Path | None = None    # the cache directory of this run (--cache), None: off
+CACHE_STATS = {"served": 0, "computed": 0, "bypassed": 0}   # calls, since the process started
+KERNEL_ATTR = "kernel"            # the model's resolved matrix-product kernel choice, where load_model sets one
+_FINGERPRINTS = {}                # id(model or tokenizer) -> (weak reference to it, its fingerprint)
+_CACHE_FORMAT = 1                 # bump when the stored entry's layout changes
+
+
+def check_cache_dir(path) -> Path:
+    """--cache DIR: InputError unless it is (or can be made) a writable directory; nothing is created."""
+    path = Path(path)
+    where = path if path.exists() else next(p for p in path.parents if p.exists())
+    if not where.is_dir() or not os.access(where, os.W_OK):
+        raise InputError(f"--cache {path}: {'not a directory' if where == path else 'not writable'}; "
+                         "pass --cache with a writable directory")
+    return path
+
+
+def through_cache(model, tok, call: str, ids: list[list[int]], compute, **settings) -> list[list[Generation]]:
+    """compute() -> rows per prompt, served from CALL_CACHE when an equal call is stored there.
+
+    A call made while any other forward hook is on the model (record_output, a hook of the caller's)
+    is computed, never served: the hook would not see a stored call. Only steering (add_to_output)
+    is in the key; transformers' own output-capturing hooks record only under output_* flags, which
+    these calls never set."""
+    if CALL_CACHE is None:
+        return compute()
+    key = call_key(model, tok, call, ids, settings)
+    if key is None:
+        CACHE_STATS["bypassed"] += 1
+        return compute()
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    path = CALL_CACHE / digest[:2] / f"{digest}.pt"
+    rows = [settings.get("k", 0) + int(settings.get("with_greedy", True))] * len(ids)
+    outs = _read_entry(path, key, rows)
+    if outs is not None:
+        CACHE_STATS["served"] += 1
+        if call == "greedy":    # as computing it would: only the last greedy call's rows are kept
+            _ROWS.pop(_cache_key(model), None)
+        return outs
+    outs = compute()
+    CACHE_STATS["computed"] += 1
+    _write_entry(path, key, outs)
+    return outs
+
+
+def call_key(model, tok, call: str, ids: list[list[int]], settings: dict) -> str | None:
+    """The call's key as canonical JSON, or None when a forward hook other than steering is on the model."""
+    names, steering = {}, []
+    for name, module in model.named_modules():
+        names[id(module)] = name
+        for hook in [*module._forward_pre_hooks.values(), *module._forward_hooks.values()]:
+            if getattr(hook, "__module__", "") == "transformers.utils.output_capturing":
+                continue
+            if not hasattr(hook, "steering"):
+                return None
+            steering.append([name, hook.steering])
+    g = torch.nn.modules.module
+    if g._global_forward_hooks or g._global_forward_pre_hooks:
+        return None
+    hidden = settings.pop("hidden_module", None)
+    if hidden is not None and id(hidden) not in names:
+        return None              # not this model's module: nothing to name it by
+    settings["hidden_module"] = None if hidden is None else names[id(hidden)]
+    settings["stop"] = list(settings["stop"])
+    dev = model.device
+    key = {"format": _CACHE_FORMAT, "call": call, "model": _fingerprint(model, _model_fingerprint),
+           "tokenizer": _fingerprint(tok, _tokenizer_fingerprint), "dtype": str(model.dtype),
+           "kernel": str(getattr(model, KERNEL_ATTR, "default")),
+           "attention": str(getattr(model.config, "_attn_implementation", None)),
+           "device": (f"cuda, {torch.cuda.get_device_name(dev)}" if dev.type == "cuda"
+                      else f"{dev.type}, {cpu_name()}, {torch.get_num_threads()} threads"),
+           "path": "reference" if PLAIN else {"batch": BATCH, "reuse_prefix": REUSE_PREFIX, "share_prompt": SHARE_PROMPT},
+           "code": {"common.py": _file_id(__file__), "torch": torch.__version__,
+                    "transformers": transformers.__version__},
+           "eos": sorted(eos_ids(model, tok)), "steering": steering, "prompts": ids, **settings}
+    return json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (platform.processor() where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _fingerprint(obj, compute) -> str:
+    """compute(obj), once per object (a later object at the same id is not taken for it)."""
+    held = _FINGERPRINTS.get(id(obj))
+    if held is None or held[0]() is not obj:
+        held = _FINGERPRINTS[id(obj)] = (weakref.ref(obj), compute(obj))
+    return held[1]
+
+
+def _model_fingerprint(model) -> str:
+    """sha256 of the config, the modules as printed (classes, shapes, int8 layers) and, for every tensor
+    of the state dict, its name, dtype, shape and 4,096 evenly spaced values (exact bytes; all of a
+    smaller tensor). Milliseconds, not a pass over every weight: any other checkpoint or fine-tune
+    changes them, an edit of a few single weights might not. Computed at the model's first cached call."""
+    config = {k: v for k, v in model.config.to_dict().items() if k != "_name_or_path"}
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode() + repr(model).encode())
+
+    def add(name, value):
+        if isinstance(value, (tuple, list)):
+            for i, v in enumerate(value):
+                add(f"{name}.{i}", v)
+            return
+        if not torch.is_tensor(value):
+            digest.update(f"{name}={value!r};".encode())
+            return
+        t = value.dequantize() if value.is_quantized else value
+        digest.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        if t.numel() and not t.is_meta:
+            flat = t.detach().reshape(-1)
+            digest.update(flat[evenly_spaced(flat.numel(), 4096).to(flat.device)].cpu().float().numpy().tobytes())
+    with torch.no_grad():
+        for name, value in model.state_dict().items():
+            add(name, value)
+    return digest.hexdigest()
+
+
+def evenly_spaced(n: int, count: int) -> torch.Tensor:
+    """min(n, count) indices spread evenly over 0 .. n - 1, both ends included, in integer arithmetic
+    (a float32 linspace rounds the last index of a 28M-element tensor past its end)."""
+    count = min(n, count)
+    return torch.arange(count, dtype=torch.int64) * (n - 1) // max(count - 1, 1)
+
+
+def _tokenizer_fingerprint(tok) -> str:
+    """sha256 of the whole tokenizer (vocabulary, merges, normalizer, decoder, special tokens)."""
+    data = tok.backend_tokenizer.to_str() if hasattr(tok, "backend_tokenizer") else \
+        json.dumps(sorted(tok.get_vocab().items())) + repr(tok)
+    return hashlib.sha256(data.encode()).hexdigest()
+
+
+def _read_entry(path: Path, key: str, rows: list[int]) -> list[list[Generation]] | None:
+    """The stored rows of `key`, or None when there are none, or the file is unreadable, cut short or
+    not this key's (then the call is computed again and the entry rewritten)."""
+    try:
+        entry = torch.load(path, map_location="cpu", weights_only=True)
+        if entry["key"] != key or [len(p) for p in entry["outs"]] != rows:
+            return None
+        return [[Generation(r["text"], r["token_ids"], r["logprobs"], r["finish"], r["hidden"]) for r in p]
+                for p in entry["outs"]]
+    except FileNotFoundError:
+        return None
+    except Exception:   # noqa: BLE001 (any damage: a truncated zip, a wrong layout, a stray file)
+        print(f"call cache: {path} is unreadable; recomputing that call", file=sys.stderr)
+        return None
+
+
+def _write_entry(path: Path, key: str, outs: list[list[Generation]]) -> None:
+    """Store one call's rows atomically (a temporary file renamed): an interrupted run leaves no
+    partial entry. A cache that cannot be written is said once; the run goes on without it."""
+    # subtle: a row's hidden state is a view into its decoding step's output; torch.save would write
+    # that whole output (every row of the step) once per step, 5x the bytes of the rows' own states
+    entry = {"key": key, "outs": [[{"text": g.text, "token_ids": list(g.token_ids), "logprobs": list(g.logprobs),
+                                    "finish": g.finish, "hidden": None if g.hidden is None else g.hidden.clone()}
+                                   for g in p] for p in outs]}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(entry, tmp)
+        os.replace(tmp, path)
+    except BaseException as e:   # Ctrl-C included: no temporary file is left behind either
+        tmp.unlink(missing_ok=True)
+        if not isinstance(e, OSError):
+            raise
+        if not CACHE_STATS.get("unwritable"):
+            CACHE_STATS["unwritable"] = 1
+            print(f"call cache: cannot write {path.parent} ({e.strerror}); going on without storing", file=sys.stderr)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -996,6 +1221,10 @@ def add_common_args(parser: argparse.ArgumentParser, dataset: str = "hotpotqa") 
     parser.add_argument("--plain", action="store_true",
                         help="decode every model call with common.reference (a plain loop over transformers' "
                              "own cache; no prefix cache, no batching): same outputs, slower")
+    parser.add_argument("--cache", metavar="DIR",
+                        help="call cache: a model call whose inputs all equal a stored one's returns its stored "
+                             "results; new calls are stored in DIR (a sweep recomputes only the calls that differ; "
+                             "not a setting: the output is the same with or without it)")
 
 
 def load_questions(args) -> list[dict]:
@@ -1013,6 +1242,8 @@ def check_inputs(args) -> list[dict]:
         raise InputError(f"--corpus {corpus}: no such file or index directory; pass demo, contexts, a corpus "
                          "file, an index directory (python retrieval.py build CORPUS DIR) or es://HOST:PORT/INDEX")
     _check_writable(Path(args.output) if args.output else Path("outputs") / "x.jsonl")
+    if getattr(args, "cache", None):
+        check_cache_dir(args.cache)
     return records
 
 
@@ -1051,7 +1282,7 @@ def default_output(method: str, args) -> Path:
 
 
 GOLD_FIELDS = ("label", "best_answer", "correct_answers", "incorrect_answers")
-NOT_SETTINGS = ("limit", "skip", "output", "overwrite")   # which questions and where: not what a row holds
+NOT_SETTINGS = ("limit", "skip", "output", "overwrite", "cache")   # which questions and where: not what a row holds
 HASH_LIMIT = 2 ** 28     # files up to 256 MiB are identified by content, larger ones by size and mtime
 
 
@@ -1134,7 +1365,7 @@ def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
     """
     import eval as metrics
     from tqdm import tqdm
-    global PLAIN, REUSE_PREFIX, BATCH
+    global PLAIN, REUSE_PREFIX, BATCH, CALL_CACHE
     if getattr(args, "plain", False):
         PLAIN, REUSE_PREFIX, BATCH = True, False, False    # REUSE_PREFIX: CtrlA's monitor cache too
     records = check_inputs(args) if records is None else records
@@ -1168,6 +1399,8 @@ def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
     if done:
         print(f"resuming {out}: {len(records) - len(todo)} of {len(records)} questions already done",
               file=sys.stderr)
+    cache, CALL_CACHE = CALL_CACHE, check_cache_dir(args.cache) if getattr(args, "cache", None) else None
+    before = dict(CACHE_STATS)
     with fh:
         try:
             for rec in tqdm(todo, desc=method, unit="q", dynamic_ncols=True):
@@ -1189,6 +1422,13 @@ def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
             finished = sum(r["id"] in done for r in records)
             raise Interrupted(f"{finished} of {len(records)} questions are saved in {out}; "
                               "run the same command again to resume") from None
+        finally:
+            if CALL_CACHE is not None:
+                n = {k: CACHE_STATS[k] - before.get(k, 0) for k in ("served", "computed", "bypassed")}
+                print(f"call cache {CALL_CACHE}: {n['served']} model calls served, {n['computed']} computed"
+                      + (f", {n['bypassed']} computed past it (a forward hook on the model)" if n["bypassed"] else ""),
+                      file=sys.stderr)
+            CALL_CACHE = cache
     rows = [done[r["id"]] for r in records if r["id"] in done]
     stats = metrics.summarize(rows)
     failed = sum("error" in r for r in rows)

@@ -15,6 +15,10 @@ log in OUT/NAME.log; a run already complete is skipped, a partial one resumes):
   so Rowen-CL, -CM, -Hybrid at any threshold (the default, rowen.THRESHOLDS, and the --zs) and never-retrieve are
   re-read from that one run (rowen.at_threshold: the predictions a run of that mode and threshold
   gives; calls and seconds stay the hybrid run's).
+Every run shares one call cache (--cache, default outputs/call-cache; common.through_cache): a model call
+whose inputs all equal one an earlier run made is served from it, so a threshold sweep or an ablation
+computes only the calls that differ from the runs already made, and each file is the one a run without
+the cache writes. --no-cache turns it off.
 Writes OUT/table.md (EM, F1, acc, retrieval rate, retrievals, model calls and seconds per question;
 then, for every file in OUT that holds a method's own score beside its unaided answers, that
 signal's AUROC against wrong answers: eval.signals), OUT/figures.json and, if matplotlib is installed (an optional dependency of this command only),
@@ -78,7 +82,8 @@ def command(name: str, a) -> list[str]:
     return ([sys.executable, str(ROOT / script), "--data", str(a.data), "--corpus", a.corpus,
              "--output", str(a.out / f"{name}.jsonl")] + (["--limit", str(a.limit)] if a.limit else [])
             + (["--model", a.model] if a.model else [])
-            + (["--verifier", a.verifier] if a.verifier and script == "rowen.py" else []) + extra + a.extra)
+            + (["--verifier", a.verifier] if a.verifier and script == "rowen.py" else [])
+            + (["--cache", str(a.cache)] if getattr(a, "cache", None) else []) + extra + a.extra)
 
 
 def done(name: str, a) -> bool:
@@ -104,7 +109,10 @@ def run_all(names: list[str], a) -> None:
                 running.remove(item)
                 log.close()
                 status = "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode}, see {name}.log)"
-                print(f"{name}: {status} in {time.time() - start:.0f} s", flush=True)
+                said = [line.split(": ", 1)[1] for line in (a.out / f"{name}.log").read_text(errors="replace")
+                        .splitlines() if line.startswith("call cache ")]     # common.run's last word on it
+                print(f"{name}: {status} in {time.time() - start:.0f} s" + (f" ({said[-1]})" if said else ""),
+                      flush=True)
 
 
 # Run files made before the baselines got the papers' names (results/hotpotqa50, results/2wikimultihopqa50):
@@ -184,11 +192,16 @@ def main(argv=None):
     p.add_argument("--zs", type=float, nargs="*", default=ZS, help="Rowen hybrid thresholds beside the default (rowen.THRESHOLDS)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time (2 cores: 2, with OMP_NUM_THREADS=1)")
     p.add_argument("--table-only", action="store_true", help="no runs: the table and plot from OUT")
+    p.add_argument("--cache", type=Path, default=ROOT / "outputs" / "call-cache",
+                   help="the runs' call cache (each method's --cache): calls equal to one already made are "
+                        "served from it (default: outputs/call-cache)")
+    p.add_argument("--no-cache", action="store_true", help="every run computes every model call")
     p.add_argument("extra", nargs=argparse.REMAINDER,
                    help="after --: arguments every method takes, for every run (common ones: -- --device cuda "
                         "--dtype float16 --seed 1)")
     a = p.parse_args(argv)
     a.extra = a.extra[1:] if a.extra[:1] == ["--"] else a.extra
+    a.cache = None if a.no_cache else a.cache
     sweeps = a.runs == ["all"] or any(r.startswith(("seakr-delta", "ctrla-tau")) for r in a.runs)
     if a.model not in (None, "smollm2-135m") and not a.table_only and sweeps and (a.deltas is None or a.taus is None):
         # scores live on a scale of their own per model: SmolLM2's sweep would retrieve always or never
