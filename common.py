@@ -45,8 +45,10 @@ import torch
 import transformers
 from transformers.cache_utils import DynamicLayer
 
+import eval as metrics
 import retrieval
-from retrieval import InputError  # bad input: a one-line message, no traceback (defined in retrieval.py, which imports no project file)
+# bad input: a one-line message, no traceback; defined in retrieval.py, which imports no project file
+from retrieval import InputError
 
 
 
@@ -1363,7 +1365,6 @@ def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
     failed row (prediction "", "error": the message; scored as wrong) and counted. Then prints and
     saves the summary (eval.summarize) next to the output.
     """
-    import eval as metrics
     from tqdm import tqdm
     global PLAIN, REUSE_PREFIX, BATCH, CALL_CACHE
     if getattr(args, "plain", False):
