@@ -269,9 +269,7 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "au
     if key in _LOADED:
         return _LOADED[key]
     device = resolve_device(device)
-    if name not in EMBEDDED and not Path(name).exists() and "/" not in name:
-        raise InputError(f"unknown model '{name}': use an embedded alias ({', '.join(EMBEDDED)}), "
-                         "a Hugging Face id or a local directory")
+    check_model_name(name)
     if dtype not in DTYPES:
         raise InputError(f"--dtype {dtype}: use one of {', '.join(DTYPES)}")
     if dtype == "int8" and device != "cpu":
@@ -1233,10 +1231,51 @@ def load_questions(args) -> list[dict]:
     return load_dataset(args.data or args.dataset, limit=args.limit)
 
 
-def check_inputs(args) -> list[dict]:
+def check_model_name(name: str) -> None:
+    """InputError unless `name` can name a model: an embedded alias, a local directory or a Hugging Face
+    id (owner/name); checked before anything loads."""
+    if name not in EMBEDDED and not Path(name).exists() and "/" not in name:
+        raise InputError(f"unknown model '{name}': use an embedded alias ({', '.join(EMBEDDED)}), "
+                         "a Hugging Face id or a local directory")
+
+
+class NothingToDo(Exception):
+    """Every question a run asks for is already in its output file, with its settings: nothing to load."""
+
+
+def _nothing_to_do(args, method: str, code_file: str, records: list[dict]) -> None:
+    """Before any model loads: NothingToDo when every question is already in the output file, and the
+    settings refusal of _resume_check when the file was made with other settings. Settings the method
+    resolves only once its model is loaded (a threshold left to the model's default: None here) are
+    checked by run() as before."""
+    out = Path(args.output) if args.output else default_output(method, args)
+    saved = out.with_suffix(".settings.json")
+    if getattr(args, "overwrite", False) or not out.exists() or not saved.exists():
+        return
+    try:
+        done = {row["id"] for row in metrics.read_rows(out)}
+        old = json.loads(saved.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return              # run() reports a damaged file, with the fix
+    if not done:
+        return
+    now = {k: v for k, v in run_settings(args, code_file).items() if v is not None}
+    _resume_check(out, len(done), {**{k: v for k, v in old.items() if k not in now}, **now})
+    skip = getattr(args, "skip", 0) or 0
+    if not [r for r in records[skip:] if r["id"] not in done]:
+        raise NothingToDo(f"all {len(records) - skip} questions are already in {out}; nothing to run "
+                          "(--overwrite starts afresh, a larger --limit adds questions)")
+
+
+def check_inputs(args, method: str | None = None, code_file: str | None = None) -> list[dict]:
     """Check every input a run names before a model loads (a model takes seconds to minutes): the
-    question file (each record read, see load_dataset), a --corpus file and the --output path.
-    Returns the questions. InputError with a one-line message otherwise."""
+    question file (each record read, see load_dataset), --limit, a --corpus file and the --output
+    path; with the run's `method` name and code file, also whether its output file already holds
+    every question (NothingToDo) or was made with other settings (InputError). Returns the questions.
+    InputError with a one-line message otherwise."""
+    if getattr(args, "limit", None) is not None and args.limit < 1:
+        raise InputError(f"--limit {args.limit}: give a positive number of questions, or leave --limit out "
+                         "for all of them")
     records = load_questions(args)
     corpus = getattr(args, "corpus", None)
     if corpus not in (None, "demo", "contexts") and not str(corpus).startswith(("es://", "es+https://")) \
@@ -1246,6 +1285,8 @@ def check_inputs(args) -> list[dict]:
     _check_writable(Path(args.output) if args.output else Path("outputs") / "x.jsonl")
     if getattr(args, "cache", None):
         check_cache_dir(args.cache)
+    if method is not None:
+        _nothing_to_do(args, method, code_file, records)
     return records
 
 
@@ -1439,6 +1480,7 @@ def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
     if failed:
         print(f"{failed} of {len(rows)} questions failed (scored as wrong; each row's \"error\" says why)")
     out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    print(f"wrote {out} ({len(rows)} questions; settings and summary beside it)", file=sys.stderr)
     return summary
 
 
@@ -1456,6 +1498,8 @@ def main_guard(main) -> None:
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except NothingToDo as e:
+        print(str(e), file=sys.stderr)
     except KeyboardInterrupt as e:
         print(f"interrupted: {e or 'finished questions are saved; run the same command again to resume'}",
               file=sys.stderr)

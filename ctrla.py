@@ -98,7 +98,7 @@ import re
 import string
 import sys
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -900,13 +900,19 @@ def main(argv=None):
     p.add_argument("--check-features", action="store_true",
                    help="report the features' accuracy per layer range (paper 5.2) and exit")
     args = p.parse_args(argv)
-    common.check_inputs(args)                 # bad input fails here, before the model loads
+    steer, monitor = layer_keys(args.steer_layers), layer_keys(args.monitor_layers)
+    s = Settings(tau=args.tau, lam=0.0 if args.honesty_prompt else args.lam, steer=tuple(steer),
+                 monitor=tuple(monitor), query=args.query, retrieve=not args.never_retrieve,
+                 always=args.always_retrieve, act=not args.monitor_only, honesty_prompt=args.honesty_prompt,
+                 answer_tokens=args.max_new_tokens, task=args.task)
+    name = run_name(args, s)
+    # bad input fails here, before the model loads (and a run with nothing left to do stops here)
+    common.check_inputs(args, None if args.check_features else name, __file__)
     honesty_file, confidence_file = args.honesty_data or HONESTY_FILE, args.confidence_data or CONFIDENCE_FILE
     for file in (honesty_file, confidence_file):
         read_statements(file)
 
     model, tok = common.load_model(args.model, args.dtype, args.device)
-    steer, monitor = layer_keys(args.steer_layers), layer_keys(args.monitor_layers)
     n_layers = len(common.decoder_layers(model))
     if (args.steer_layers, args.monitor_layers) == (STEER_LAYERS, MONITOR_LAYERS) and n_layers < -min(steer + monitor):
         raise InputError(f"CtrlA's default layer ranges ({STEER_LAYERS}, {MONITOR_LAYERS}; Mistral-7B has 32 layers) "
@@ -920,9 +926,7 @@ def main(argv=None):
     if tau is None and feats["confidence"].get("center") is None:
         raise InputError(f"{args.directions or 'the features'}: no tau calibration (no held-out confident and "
                          "unconfident statements); pass --tau")
-    s = Settings(tau=tau, lam=0.0 if args.honesty_prompt else args.lam, steer=tuple(steer),
-                 monitor=tuple(monitor), query=args.query, retrieve=not args.never_retrieve,
-                 always=args.always_retrieve, act=not args.monitor_only, honesty_prompt=args.honesty_prompt, answer_tokens=args.max_new_tokens, task=args.task)
+    s = replace(s, tau=tau)
     if tau is None:
         print(f"tau = {threshold(s, feats, monitor):.3f} (calibrated for {args.model}; --tau overrides)",
               file=sys.stderr)
@@ -931,7 +935,6 @@ def main(argv=None):
         return
     bm25 = common.load_retriever(args, common.load_questions(args), preset="ctrla") if s.retrieve and s.act else None
     run = Run(model, tok, feats, bm25, s)
-    name = run_name(args, s)
     args.tau = round(threshold(s, feats, monitor), 6)   # the settings name the tau used, calibrated or given
     common.run(args, name, lambda rec: solve(run, rec))
 

@@ -677,11 +677,15 @@ def main(argv=None):
     s = Settings(mode=args.mode, threshold=args.threshold, alpha=args.alpha, k=args.k,
                  target_language=args.target_language, seed=args.seed,
                  retrieve="never" if args.never_retrieve else "always" if args.always_retrieve else "adaptive")
-    records = common.check_inputs(args)     # bad input fails here, before a model loads
+    if args.mode != "cl":
+        common.check_model_name(args.verifier)
+    records = common.check_inputs(args, run_name(args), __file__)   # bad input fails here, before a model loads
     bm25 = common.load_retriever(args, records, preset="seakr")  # no official index (Serper web search)
     if args.mode != "cl" and args.model == args.verifier:
         print(f"note: M and M_V are both {args.model}: the cross-model check compares the model with itself "
               "(paper: M_V is another model; --verifier picks one)", file=sys.stderr)
+    print(f"M (main model): {args.model}; " + (f"M_V (verifier): {args.verifier}" if args.mode != "cl"
+          else "no verifier (--mode cl)"), file=sys.stderr)
     main_lm = common.load_model(args.model, args.dtype, args.device)
     verifier_lm = common.load_model(args.verifier, args.dtype, args.device) if args.mode != "cl" else None
     name = run_name(args)

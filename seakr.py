@@ -689,7 +689,15 @@ def main(argv=None):
     if args.retrieve in ("never", "ircot") and (args.no_rerank or args.final != "both" or args.calibrate):
         p.error(f"--retrieve {args.retrieve} is a baseline without re-ranking, reasoning strategies or U")
 
-    records = common.check_inputs(args)        # bad input fails here, before the model loads
+    name = "seakr-calibrate" if args.calibrate else run_name(args.retrieve, not args.no_rerank, args.final)
+    try:
+        records = common.check_inputs(args, name, __file__)   # bad input fails here, before the model loads
+    except common.NothingToDo as done:
+        if not args.calibrate:
+            raise
+        print(done, file=sys.stderr)    # every answer is in the file: its table needs no model
+        print_calibration(args.output or common.default_output(name, args), common.load_questions(args))
+        return
     model, tok = common.load_model(args.model, args.dtype, args.device)
     delta = args.threshold if args.threshold is not None else THRESHOLDS.get(args.model)
     if delta is None and not args.calibrate:
@@ -718,7 +726,7 @@ def main(argv=None):
 
     # the settings name the delta and layer this run used, not "the model's default" (None)
     args.threshold, args.layer = s.delta, s.layer
-    common.run(args, run_name(args.retrieve, not args.no_rerank, args.final), solve, records)
+    common.run(args, name, solve, records)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -796,9 +804,14 @@ def calibrate(model, tok, args, records: list[dict], s: Settings) -> dict:
                 "trace": {"direct": c.text, "score": _num(c.score), **uncertainty_baselines(c)}}
 
     summary = common.run(args, "seakr-calibrate", solve, records)
+    return print_calibration(summary["output"], records)
+
+
+def print_calibration(output, records: list[dict]) -> dict:
+    """threshold_table over the questions of `records` in a calibration file, printed."""
     ids = {r["id"] for r in records}
     rows = [(r["trace"]["score"], bool(metrics.accuracy(r["prediction"], r["answers"])))
-            for r in metrics.read_rows(summary["output"])
+            for r in metrics.read_rows(output)
             if r["id"] in ids and "error" not in r and r["trace"].get("score") is not None]
     if not rows:
         raise common.InputError("no question gave a finite score; nothing to calibrate")

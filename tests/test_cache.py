@@ -251,10 +251,12 @@ def test_seakr_files_are_identical_with_and_without_the_cache(tiny, tmp_path, mo
     assert other == other_plain and other != plain
     served, computed = [int(x.split()[0]) for x in said.split(", ")]
     assert served > 0 and computed > 0
-    # a file begun without the cache resumes with it (and the other way round): same settings
+    # a file begun without the cache resumes with it (and the other way round): same settings, so a
+    # rerun of its questions finds nothing left to do (and no settings refusal)
     out = tmp_path / "plain.jsonl"
-    seakr.main(["--dataset", "hotpotqa", "--limit", "2", "--samples", "3", "--threshold", "0.7", "--output",
-                str(out), "--cache", str(tmp_path / "calls")])
+    with pytest.raises(common.NothingToDo):
+        seakr.main(["--dataset", "hotpotqa", "--limit", "2", "--samples", "3", "--threshold", "0.7", "--output",
+                    str(out), "--cache", str(tmp_path / "calls")])
     assert rows(out) == plain
 
 

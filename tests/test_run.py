@@ -229,6 +229,9 @@ def test_check_inputs_before_the_model(tmp_path):
     *[(s, ["--corpus", "missing_corpus.jsonl"], "--corpus missing_corpus.jsonl: no such file")
       for s in ("seakr.py", "ctrla.py", "rowen.py")],
     ("seakr.py", ["--output", "/"], "cannot write / (a directory)"),
+    ("seakr.py", ["--limit", "0"], "--limit 0: give a positive number of questions"),
+    ("ctrla.py", ["--limit", "-1"], "--limit -1: give a positive number of questions"),
+    ("rowen.py", ["--verifier", "nosuch-model"], "unknown model 'nosuch-model'"),
 ])
 def test_cli_checks_inputs_before_loading_a_model(script, argv, message, tmp_path):
     """--model names a model that does not exist: its error would come first if the model loaded first."""
@@ -286,3 +289,23 @@ def test_ctrl_c_stops_mid_generation_keeps_rows_and_says_how_to_resume(tmp_path)
     assert err.strip().splitlines()[-1] == (f"interrupted: 1 of 3 questions are saved in {out}; "
                                             "run the same command again to resume")
     assert [json.loads(l)["id"] for l in out.read_text().splitlines()] == ["nq-0"]
+
+
+def test_a_finished_run_stops_before_loading_and_a_changed_one_is_refused_first(tmp_path, monkeypatch, tiny, capsys):
+    """A rerun whose every question is done loads no model: it says so and exits 0; a rerun with another
+    setting is refused before the model loads, naming the setting; every run ends with its file's path."""
+    import seakr
+    loads = []
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: loads.append(a) or tiny)
+    out = tmp_path / "run.jsonl"
+    argv = ["--dataset", "nq", "--limit", "1", "--samples", "2", "--threshold", "1.0", "--output", str(out)]
+    seakr.main(argv)
+    assert len(loads) == 1 and f"wrote {out} (1 questions" in capsys.readouterr().err
+    with pytest.raises(common.NothingToDo, match=r"all 1 questions are already in .*run.jsonl; nothing to run"):
+        seakr.main(argv)
+    with pytest.raises(common.InputError, match=r"made with --samples = 2, this run has 3"):
+        seakr.main([a if a != "2" else "3" for a in argv])
+    assert len(loads) == 1                                  # neither rerun loaded a model
+    r = subprocess.run([sys.executable, "seakr.py", *argv, "--model", str(tmp_path / "no-model")], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "made with --model" in r.stderr    # the CLI: one line, before loading
