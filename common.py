@@ -1392,6 +1392,16 @@ def _finish_last_line(out: Path) -> None:
         out.write_bytes(data[:cut])
 
 
+_BAR: list = []     # the progress bar of the run in progress, for progress()
+
+
+def progress(text: str) -> None:
+    """Show what the question in hand is doing beside the run's progress bar (a method's stages: a
+    Rowen question takes minutes)."""
+    for bar in _BAR:
+        bar.set_postfix_str(text, refresh=True)
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C during run(): the message says what was saved and how to resume."""
 
@@ -1445,7 +1455,8 @@ def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
     before = dict(CACHE_STATS)
     with fh:
         try:
-            for rec in tqdm(todo, desc=method, unit="q", dynamic_ncols=True):
+            for rec in (bar := tqdm(todo, desc=method, unit="q", dynamic_ncols=True)):
+                _BAR[:] = [bar]
                 start = time.time()
                 try:
                     res, error = solve(rec), None
@@ -1465,6 +1476,7 @@ def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
             raise Interrupted(f"{finished} of {len(records)} questions are saved in {out}; "
                               "run the same command again to resume") from None
         finally:
+            _BAR.clear()
             if CALL_CACHE is not None:
                 n = {k: CACHE_STATS[k] - before.get(k, 0) for k in ("served", "computed", "bypassed")}
                 print(f"call cache {CALL_CACHE}: {n['served']} model calls served, {n['computed']} computed"

@@ -479,6 +479,7 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
 
     # Stage 2 first: the perturbed questions (the one sampled call) and, for Rowen-CL, their translations.
     # They do not depend on Stage 1, so M then answers x0, the x^j and the translated x^j in ONE batch.
+    common.progress("stage 2: perturbing the question")
     raw = perturb(main_lm, x0, s, calls, common.question_seed(s.seed, record["id"]))
     xs = parse_perturbations(raw, s.k, x0) or [x0]
     xts = []
@@ -486,11 +487,14 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
         xts = ask(main_lm, [TRANSLATE.format(language=lang, text=x) for x in xs], s.max_tokens["translate"], calls, "main")
         xts = [clean_answer(t, "qa") or x for t, x in zip(xts, xs)]  # the first line: notes after it are not the question
     english, target = answer_prompts(task, lang)
+    common.progress(f"stages 1-2: M answers {1 + len(xs) + len(xts)} questions")
     longs, shorts = answer(main_lm, [x0] + xs + xts, [english] * (1 + len(xs)) + [target] * len(xts),
                            s, calls, "main", task)
     t0, r0, rs, rts = longs[0], shorts[0], shorts[1:1 + len(xs)], shorts[1 + len(xs):]   # Stage 1, Eq. 1, Eq. 2
     trace.update(initial_long_answer=t0, initial_answer=r0, initial_prediction=yes_no_label(r0) if yn else r0,
                  perturbation_output=raw, perturbed_questions=xs, answers=rs)
+    if cm:
+        common.progress("stage 2: the verifier answers")
     rvs = answer(verifier_lm, xs, [english] * len(xs), s, calls, "verifier", task)[1] if cm else []   # Eq. 3
 
     # The checking operator C: StrategyQA compares labels [official]; otherwise M judges every pair, the
@@ -506,6 +510,7 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
     else:
         cl_p = [CHECK_CL.format(language=lang, q=x, a1=r, a2=rt) for x, r, rt in zip(xs, rs, rts)]
         cm_p = [CHECK_CM.format(q=x, a1=r, a2=rv) for x, r, rv in zip(xs, rs, rvs)]
+        common.progress(f"stage 2: judging {len(cl_p) + len(cm_p)} pairs")
         verdicts, texts = judge(main_lm, cl_p + cm_p, s, calls)
         cl_v, cm_v = verdicts[:len(cl_p)], verdicts[len(cl_p):]
         if cl:
@@ -526,6 +531,7 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
 
     final, queries = r0, []
     if retrieved:  # Stage 3: search, then repair (Eq. 7)
+        common.progress("stage 3: searching and repairing")
         queries = xs
         if yn:  # StrategyQA: a short reformulation of each perturbed question [official]
             outs = ask(main_lm, [REFORMULATE.format(question=x) for x in xs], s.max_tokens["reformulate"], calls, "main")

@@ -309,3 +309,13 @@ def test_a_finished_run_stops_before_loading_and_a_changed_one_is_refused_first(
     r = subprocess.run([sys.executable, "seakr.py", *argv, "--model", str(tmp_path / "no-model")], cwd=ROOT,
                        capture_output=True, text=True)
     assert r.returncode == 2 and "made with --model" in r.stderr    # the CLI: one line, before loading
+
+
+def test_progress_shows_a_questions_stage_beside_the_bar(tmp_path, capsys):
+    """A method's common.progress(text) appears on the run's progress bar while that question runs."""
+    def solve(rec):
+        common.progress(f"stage 2 of {rec['id']}")
+        return {"prediction": rec["answers"][0]}
+    common.run(make_args(tmp_path, limit=1), "fake", solve)
+    assert "stage 2 of nq-0" in capsys.readouterr().err
+    common.progress("after the run")          # no bar: nothing to show, no error
