@@ -660,3 +660,18 @@ def test_tied_lm_head_stays_plain_and_shares_the_embedding():
     ids = torch.tensor([common.encode(tok, "What is the capital of France?")])
     with torch.no_grad():
         assert torch.allclose(plain(ids).logits, fast(ids).logits, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_onednn_fast_path_equals_the_plain_reference_on_smollm2():
+    plain, tok = common.load_model("smollm2-135m", "float32", "cpu", "plain")
+    fast, _ = common.load_model("smollm2-135m", "float32", "cpu", "onednn")
+    assert any(isinstance(m, common.OneDNNLinear) for m in fast.modules())
+    assert type(fast.lm_head) is torch.nn.Linear           # tied to the embedding: kept plain
+    mlp = lambda m: common.decoder_layers(m)[len(common.decoder_layers(m)) // 2 - 1].mlp   # noqa: E731
+    prompt = common.chat_prompt(tok, "Who directed the film Laughter In Hell?")
+    kw = dict(max_new_tokens=16, stop=("\n",))
+    ref = common.reference(plain, tok, prompt, 4, seed=7, with_greedy=True, hidden_module=mlp(plain), **kw)
+    assert_same([common.greedy(fast, tok, prompt, hidden_module=mlp(fast), **kw)], ref[:1], atol=1e-4)
+    assert_same(common.sample(fast, tok, prompt, 4, seed=7, with_greedy=True, hidden_module=mlp(fast), **kw), ref,
+                atol=1e-4)
