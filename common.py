@@ -83,6 +83,9 @@ CACHE_DIR = Path(os.environ.get("ADAPTIVE_RAG_CACHE", Path.home() / ".cache" / "
 _LOADED: dict = {}
 DTYPES = ("auto", "float32", "bfloat16", "float16", "int8")
 _DTYPE_SAID: set = set()   # auto dtype choices already printed in this process
+LINEARS = ("auto", "plain", "onednn")   # --linear: which kernel computes the linear layers (choose_linear)
+LINEAR = "auto"            # load_model's --linear when not told: this run's (check_inputs sets it from the flags)
+_LINEAR_SAID: set = set()  # auto kernel choices already printed in this process
 
 
 def join_verified(parts: list[Path], out: Path, size: int, sha256: str) -> Path:
@@ -209,6 +212,18 @@ def cpu_flags() -> str:
     return ""
 
 
+def cpu_vendor() -> str:
+    """The CPU's vendor id from /proc/cpuinfo (AuthenticAMD, GenuineIntel; '' where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def choose_dtype(device: str, flags: str) -> tuple[str, str]:
     """(dtype, why) for --dtype auto: the precision whose matrix products are fastest here.
 
@@ -238,6 +253,56 @@ def resolve_dtype(dtype: str, device: str) -> tuple[str, str]:
     return choose_dtype(device, cpu_flags() if device == "cpu" else "")
 
 
+def choose_linear(device: str, dtype: str, flags: str, vendor: str) -> tuple[str, str]:
+    """(kernel, why) for --linear auto: which maintained kernel computes the linear layers fastest
+    here, by device, precision and CPU kind. "plain" is torch's nn.Linear (MKL's GEMM for float32 on
+    CPUs, oneDNN's matmul for bfloat16 on CPUs with AVX-512 or AMX, cuBLAS on GPUs); "onednn" is
+    OneDNNLinear (oneDNN's inner product on weights reordered once, at load).
+
+    onednn only where it was measured faster: float32 on an AMD CPU with AVX2 and no AVX-512 (a
+    2-core AMD EPYC, Zen 3: the decoding products of Qwen2.5-Coder-1.5B 1.3x-2.5x faster than MKL's,
+    a SeaKR question 1.5x; benchmarks/README.md). Not measured, so plain: Intel CPUs (with AMX or
+    not), AMD CPUs with AVX-512, GPUs. bfloat16 on AVX2-only CPUs has no oneDNN linear at all (torch
+    asks for avx_ne_convert or AVX-512 BW/VL/DQ); float16 and int8 keep their own layers.
+    """
+    if device != "cpu":
+        return "plain", f"device {device}: torch's own kernels"
+    if dtype != "float32":
+        return "plain", f"{dtype}: oneDNN's linear measured faster only in float32"
+    have = set(flags.split())
+    if vendor == "AuthenticAMD" and "avx2" in have and "avx512f" not in have and torch.backends.mkldnn.is_available():
+        return "onednn", "float32 on an AMD CPU with AVX2 and no AVX-512: oneDNN's linear measured faster than MKL's"
+    return "plain", "oneDNN's linear not measured faster than MKL's on this CPU kind (measured: AMD with AVX2 only)"
+
+
+def resolve_linear(linear: str, device: str, dtype: str) -> tuple[str, str]:
+    """(kernel, why) that load_model computes the linear layers with: --linear auto resolved by
+    choose_linear on this machine for this device and (resolved) dtype, any other value as given once
+    checked to run here (InputError: a one-line message with the fix). The run settings record it."""
+    if linear not in LINEARS:
+        raise InputError(f"--linear {linear}: use one of {', '.join(LINEARS)}")
+    if linear == "auto":
+        return choose_linear(device, dtype, cpu_flags() if device == "cpu" else "", cpu_vendor())
+    if linear == "onednn":
+        if device != "cpu" or dtype not in ("float32", "bfloat16") or not torch.backends.mkldnn.is_available():
+            raise InputError(f"--linear onednn runs float32 and bfloat16 linear layers on the CPU (this run: "
+                             f"{dtype} on {device}); pass --linear plain")
+        if dtype == "bfloat16" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            raise InputError("--linear onednn: oneDNN has no bfloat16 linear on this CPU (it needs avx_ne_convert "
+                             "or AVX-512 BW/VL/DQ); pass --linear plain or --dtype float32")
+    return linear, "as given"
+
+
+def linear_of(args) -> str:
+    """The --linear a run's flags ask for: --plain keeps torch's own modules ("plain")."""
+    linear = getattr(args, "linear", "auto") or "auto"
+    if getattr(args, "plain", False):
+        if linear == "onednn":
+            raise InputError("--plain runs torch's own linear layers; drop --linear onednn, or drop --plain")
+        return "plain"
+    return linear
+
+
 def default_model(device: str, flags: str) -> tuple[str, str]:
     """(alias, why): the strongest alias whose `make demo` (SeaKR, 16 HotpotQA questions) runs in
     about 10 minutes on a 2-core machine in the precision choose_dtype picks there.
@@ -258,16 +323,16 @@ def default_model(device: str, flags: str) -> tuple[str, str]:
 DEFAULT_MODEL = default_model("cuda" if torch.cuda.is_available() else "cpu", cpu_flags())[0]
 
 
-def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "auto"):
-    """(model, tokenizer) for an embedded alias, a Hugging Face id or a local directory; once per process.
+def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "auto", linear: str | None = None):
+    """(model, tokenizer) for an embedded alias, a Hugging Face id or a local directory; once per process
+    for each (name, dtype, device, linear kernel), all as resolved.
 
     dtype: auto (choose_dtype: bfloat16 on GPUs and on CPUs with bfloat16 units, else float32),
     float32, bfloat16, float16, or int8 (CPU only: float32 loaded, then quantize_int8).
     device: auto (cuda if available), cpu, cuda; on a GPU the weights are spread with device_map="auto".
+    linear: the kernel of the linear layers (resolve_linear): auto (choose_linear), plain (torch's
+    nn.Linear), onednn (use_onednn_linear); None: this run's --linear (LINEAR; --plain gives plain).
     """
-    key = (name, dtype, device)
-    if key in _LOADED:
-        return _LOADED[key]
     device = resolve_device(device)
     check_model_name(name)
     if dtype not in DTYPES:
@@ -275,11 +340,18 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "au
     if dtype == "int8" and device != "cpu":
         raise InputError(f"--dtype int8 runs on the CPU only (device {device}); pass --device cpu, or "
                          "--dtype bfloat16 on the GPU")
-    if dtype == "auto":
-        dtype, why = resolve_dtype(dtype, device)
-        if (dtype, why) not in _DTYPE_SAID:
-            _DTYPE_SAID.add((dtype, why))
-            print(f"--dtype auto: {dtype} ({why})", file=sys.stderr)
+    asked_dtype, asked_linear = dtype, LINEAR if linear is None else linear
+    dtype, why = resolve_dtype(dtype, device)
+    if asked_dtype == "auto" and (dtype, why) not in _DTYPE_SAID:
+        _DTYPE_SAID.add((dtype, why))
+        print(f"--dtype auto: {dtype} ({why})", file=sys.stderr)
+    linear, why = resolve_linear(asked_linear, device, dtype)
+    if asked_linear == "auto" and (linear, why) not in _LINEAR_SAID:
+        _LINEAR_SAID.add((linear, why))
+        print(f"--linear auto: {linear} ({why})", file=sys.stderr)
+    key = (name, dtype, device, linear)
+    if key in _LOADED:
+        return _LOADED[key]
     path = _convert_embedded(name) if name in EMBEDDED else name
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tok = AutoTokenizer.from_pretrained(path)
@@ -291,6 +363,9 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "au
         model.to("cpu")
     if dtype == "int8":
         quantize_int8(model)
+    if linear == "onednn":
+        use_onednn_linear(model)
+    setattr(model, KERNEL_ATTR, linear)     # the call cache keys on it: rounding differs between kernels
     use_grouped_attention(model)
     model.eval()
     if tok.pad_token_id is None:
@@ -318,6 +393,57 @@ def quantize_int8(model) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         quantize_dynamic(model, {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
+
+
+class OneDNNLinear(torch.nn.Module):
+    """nn.Linear computed by oneDNN's inner product (torch.ops.mkldnn._linear_pointwise, the op
+    torch.compile's inductor emits for CPU linear layers) on a weight reordered once into oneDNN's
+    blocked layout (torch.ops.mkldnn._reorder_linear_weight). Same results as nn.Linear up to float
+    rounding (the sums run in another order: about 1e-6 relative in float32). Any leading dimensions,
+    any strides (a non-contiguous input is copied first). Inference only: no backward, not saved.
+
+    subtle: the reordered weight is the only copy; `weight` is it (an opaque oneDNN tensor: its shape,
+    dtype and device read as nn.Linear's, its values only through weight.to_dense())."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("weight", torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach()),
+                             persistent=False)
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def use_onednn_linear(model) -> None:
+    """--linear onednn: every nn.Linear of `model` becomes a OneDNNLinear, in place, one layer at a
+    time: each dense weight is freed (or, memory-mapped, let go) before the next is reordered, so the
+    model never holds two copies. Hooks on the modules around them (SeaKR's MLP output, CtrlA's
+    decoder layers) see the same outputs up to rounding.
+
+    subtle: a linear layer whose weight is another module's too (lm_head tied to the input embedding,
+    as in SmolLM2 and the Qwen2.5 models) stays nn.Linear: its reordered copy would sit beside the
+    embedding's dense one (0.9 GB for Qwen2.5-Coder-1.5B in float32)."""
+    shared = {id(p) for m in model.modules() if not isinstance(m, torch.nn.Linear)
+              for p in m.parameters(recurse=False)}
+    slots = [(parent, name) for parent in model.modules() for name, child in parent.named_children()
+             if type(child) is torch.nn.Linear and id(child.weight) not in shared]
+    for parent, name in slots:
+        setattr(parent, name, OneDNNLinear(getattr(parent, name)))
+    # subtle: from_pretrained memory-maps the checkpoint, and the pages the reordering read stay counted
+    # as this process's memory while any tensor still views the file (the embedding, the norms), a
+    # second copy of every weight by the kernel's count (12.0 GB for Qwen2.5-Coder-1.5B in float32
+    # instead of 7.1). Copying those few out lets the map close.
+    for p in model.parameters():
+        p.data = p.data.clone()
+    for module in model.modules():
+        for name, b in module.named_buffers(recurse=False):
+            if not b.is_mkldnn:
+                setattr(module, name, b.clone())
 
 
 def _sdpa_grouped(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -1218,9 +1344,15 @@ def add_common_args(parser: argparse.ArgumentParser, dataset: str = "hotpotqa") 
                         help="auto (bfloat16 on GPUs and on CPUs with AMX or AVX512-BF16, "
                              "else float32), float32, bfloat16, float16, or int8 (CPU only; faster, but it loses "
                              "the model's closed-book knowledge: common.quantize_int8)")
+    parser.add_argument("--linear", default="auto", choices=LINEARS,
+                        help="kernel of the linear layers: auto (onednn where measured faster: float32 on AMD "
+                             "CPUs with AVX2 only; else plain), plain (torch's nn.Linear: MKL for float32 on CPUs), "
+                             "onednn (oneDNN's linear on weights reordered at load; CPU, float32 or bfloat16); "
+                             "rounding differs, so a run file is resumed only with the kernel it began with")
     parser.add_argument("--plain", action="store_true",
                         help="decode every model call with common.reference (a plain loop over transformers' "
-                             "own cache; no prefix cache, no batching): same outputs, slower")
+                             "own cache; no prefix cache, no batching) on torch's own linear layers "
+                             "(--linear plain): same outputs, slower")
     parser.add_argument("--cache", metavar="DIR",
                         help="call cache: a model call whose inputs all equal a stored one's returns its stored "
                              "results; new calls are stored in DIR (a sweep recomputes only the calls that differ; "
@@ -1269,14 +1401,20 @@ def _nothing_to_do(args, method: str, code_file: str, records: list[dict]) -> No
 
 def check_inputs(args, method: str | None = None, code_file: str | None = None) -> list[dict]:
     """Check every input a run names before a model loads (a model takes seconds to minutes): the
-    question file (each record read, see load_dataset), --limit, a --corpus file and the --output
-    path; with the run's `method` name and code file, also whether its output file already holds
-    every question (NothingToDo) or was made with other settings (InputError). Returns the questions.
-    InputError with a one-line message otherwise."""
+    question file (each record read, see load_dataset), --limit, --linear on this device and
+    precision, a --corpus file and the --output path; with the run's `method` name and code file, also
+    whether its output file already holds every question (NothingToDo) or was made with other
+    settings (InputError). Returns the questions. InputError with a one-line message otherwise. Also
+    sets the kernel the run's load_model calls use (LINEAR: --linear, or plain with --plain), the one
+    run_settings records."""
+    global LINEAR
     if getattr(args, "limit", None) is not None and args.limit < 1:
         raise InputError(f"--limit {args.limit}: give a positive number of questions, or leave --limit out "
                          "for all of them")
     records = load_questions(args)
+    device = resolve_device(getattr(args, "device", "auto"))
+    LINEAR = linear_of(args)        # what load_model uses in this run unless told otherwise
+    resolve_linear(LINEAR, device, resolve_dtype(getattr(args, "dtype", "auto"), device)[0])
     corpus = getattr(args, "corpus", None)
     if corpus not in (None, "demo", "contexts") and not str(corpus).startswith(("es://", "es+https://")) \
             and not Path(corpus).exists():
@@ -1333,11 +1471,13 @@ def run_settings(args, code_file: str | None) -> dict:
     """What decides every row of an output file: each command-line flag (its flag name -> value) but
     NOT_SETTINGS, the precision and device the model computes in (`--dtype auto` resolved as
     load_model resolves it: a file begun in float32 on an AVX2 CPU is not resumed in bfloat16 on an AMX
-    one), the code (sha256 of the method file and common.py) and the content of the question file and
-    of the corpus file."""
+    one), the kernel of its linear layers (`--linear`, resolved likewise: its rounding differs), the code
+    (sha256 of the method file and common.py) and the content of the question file and of the corpus file."""
     flags = {"--" + k.replace("_", "-"): v for k, v in sorted(vars(args).items()) if k not in NOT_SETTINGS}
     device = resolve_device(getattr(args, "device", "auto"))
-    flags["precision"] = f"{resolve_dtype(getattr(args, 'dtype', 'auto'), device)[0]} on {device}"
+    dtype = resolve_dtype(getattr(args, "dtype", "auto"), device)[0]
+    flags["precision"] = f"{dtype} on {device}"
+    flags["linear layers"] = resolve_linear(linear_of(args), device, dtype)[0]
     data = args.data or (DATA_DIR / DATASETS[args.dataset] if args.dataset in DATASETS else args.dataset)
     corpus = getattr(args, "corpus", None)
     corpus = DATA_DIR / "corpus.jsonl" if corpus == "demo" else None if corpus in (None, "contexts") else corpus

@@ -17,3 +17,42 @@ def load(name):
 @pytest.mark.skipif(not (ROOT.parent / "shared" / "data").is_dir(), reason="no ../shared beside the clone")
 def test_oracle_context_reads_the_shared_hotpotqa_file_by_default():
     assert load("oracle_context").HOTPOT.is_file()
+
+
+# ---------------------------------------------------------------- bench_limit.py: the limit's arithmetic
+
+def test_bench_limit_arithmetic_by_hand():
+    bl = load("bench_limit")
+    assert bl.product_flops(21, 1536, 8960) == 2 * 21 * 1536 * 8960 == 578_027_520
+    # one row through 6.2 GB at 13 GB/s: the weights bound it (0.477 s), not 3.1 GFLOP at 100 GFLOP/s (0.031 s)
+    assert bl.step_limit(3.1e9, 6.2e9, 100e9, 13e9) == pytest.approx(6.2 / 13)
+    # a 600-token prefill: 1.86 TFLOP at 100 GFLOP/s (18.6 s) bounds it, not the same weights (0.477 s)
+    assert bl.step_limit(1.86e12, 6.2e9, 100e9, 13e9) == pytest.approx(18.6)
+    steps = [dict(rows=1, tokens=600, seconds=20.0, linear_seconds=18.0, flops=1.86e12, weight_bytes=6.2e9),
+             dict(rows=21, tokens=21, seconds=1.3, linear_seconds=1.2, flops=65.1e9, weight_bytes=6.2e9),
+             dict(rows=1, tokens=1, seconds=0.5, linear_seconds=0.45, flops=3.1e9, weight_bytes=6.2e9),
+             dict(rows=1, tokens=1, seconds=0.5, linear_seconds=0.45, flops=3.1e9, weight_bytes=6.2e9),
+             dict(rows=2, tokens=2, seconds=0.7, linear_seconds=0.6, flops=6.2e9, weight_bytes=6.2e9)]
+    hist = bl.rows_histogram(steps, 100e9, 13e9)
+    assert list(hist) == ["1", "2", "21", "prefill"]          # decoding by rows, prefills last
+    assert hist["1"]["steps"] == 2 and hist["1"]["seconds"] == pytest.approx(1.0)
+    assert hist["1"]["limit_seconds"] == pytest.approx(2 * 6.2 / 13)
+    assert hist["21"]["limit_seconds"] == pytest.approx(max(0.651, 6.2 / 13))    # 65.1 GFLOP: 0.651 s > 0.477 s
+    assert hist["prefill"] == dict(steps=1, tokens=600, seconds=20.0, linear_seconds=18.0, flops=1.86e12,
+                                   weight_bytes=6.2e9, limit_seconds=pytest.approx(18.6))
+
+
+def test_bench_limit_weight_bytes_and_shapes():
+    import torch
+    bl = load("bench_limit")
+    import common
+    lin = torch.nn.Linear(8, 4)
+    assert bl.weight_bytes(lin) == (8 * 4 + 4) * 4
+    assert bl.weight_bytes(common.OneDNNLinear(lin)) == (8 * 4 + 4) * 4
+    assert bl.weight_bytes(torch.nn.Linear(8, 4, bias=False, dtype=torch.bfloat16)) == 8 * 4 * 2
+    from types import SimpleNamespace
+    cfg = SimpleNamespace(hidden_size=1536, intermediate_size=8960, num_attention_heads=12, num_key_value_heads=2,
+                          head_dim=128, vocab_size=151936)          # Qwen2.5-1.5B
+    assert bl.layer_shapes(cfg) == [("q", 1536, 1536), ("k", 1536, 256), ("v", 1536, 256), ("o", 1536, 1536),
+                                    ("gate", 1536, 8960), ("up", 1536, 8960), ("down", 8960, 1536),
+                                    ("lm_head", 1536, 151936)]

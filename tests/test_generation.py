@@ -557,3 +557,121 @@ def test_fast_path_equals_the_reference_on_smollm2():
     ref = common.reference(model, tok, prompt, 4, seed=7, with_greedy=True, **kw)
     assert_same([common.greedy(model, tok, prompt, **kw)], ref[:1], atol=1e-4)
     assert_same(common.sample(model, tok, prompt, 4, seed=7, with_greedy=True, **kw), ref, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------
+# --linear onednn: oneDNN's linear layers (common.OneDNNLinear) against the plain modules
+
+def wide_model(tok, tie=False):
+    """A random LLaMA wide enough (256) that oneDNN's sums round differently from MKL's."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=256, intermediate_size=768, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                      initializer_range=0.1, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id, tie_word_embeddings=tie, attention_bias=True)
+    model = LlamaForCausalLM(cfg).eval()
+    model.generation_config.eos_token_id = tok.eos_token_id
+    common.use_grouped_attention(model)
+    return model
+
+
+def onednn_twin(model):
+    import copy
+    twin = copy.deepcopy(model)
+    common.use_onednn_linear(twin)
+    return twin
+
+
+def test_onednn_linear_equals_nn_linear_on_any_input_shape():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(300, 500)
+    fast = common.OneDNNLinear(lin)
+    assert (fast.weight.shape, fast.weight.dtype, fast.weight.is_mkldnn) == (lin.weight.shape, torch.float32, True)
+    x = torch.randn(2, 7, 300)
+    with torch.no_grad():
+        for inp in (x, x[0], x[:, :1], x.transpose(0, 1), torch.randn(300, 9).t()):   # 3 dims, 2, views, strided
+            want, got = lin(inp), fast(inp)
+            assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5)
+        assert torch.equal(fast.weight.to_dense(), lin.weight)          # the same numbers, another layout
+
+
+def test_onednn_fast_path_equals_the_plain_reference(tiny_real):
+    """greedy (alone and batched), sample and sample_many on oneDNN's linear layers give what
+    reference() gives on the plain modules: the same texts and tokens, log-probabilities and hidden
+    states within 1e-4, on both tokenizer kinds."""
+    _, tok = tiny_real
+    plain = wide_model(tok)
+    fast = onednn_twin(plain)
+    assert not any(type(m) is torch.nn.Linear for m in fast.modules())
+    assert sum(isinstance(m, common.OneDNNLinear) for m in fast.modules()) == 2 * 7 + 1
+    ids = torch.tensor([common.encode(tok, "Question: What is the capital of France?")])
+    with torch.no_grad():
+        a, b = plain(ids).logits, fast(ids).logits
+    assert 0 < float((a - b).abs().max()) < 1e-4          # rounding differs, within tolerance
+    common.forget_prefix()
+    mlp = lambda m: common.decoder_layers(m)[1].mlp        # noqa: E731  SeaKR's hook point
+    head = "Question: Who directed the film Laughter In Hell? Answer: The film"
+    prompts = [head + " Laughter", head + " was directed by", "What is the capital of France?"]
+    kw = dict(max_new_tokens=10, stop=("e", "o"))
+    ref = [common.reference(plain, tok, p, hidden_module=mlp(plain), **kw)[0] for p in prompts]
+    assert_same([common.greedy(fast, tok, p, hidden_module=mlp(fast), **kw) for p in prompts], ref, atol=1e-4)
+    assert_same(common.greedy(fast, tok, prompts, hidden_module=mlp(fast), **kw), ref, atol=1e-4)
+    skw = dict(kw, top_k=30, top_p=0.9, temperature=1.3, with_greedy=True)
+    ref_s = [common.reference(plain, tok, p, 5, seed=s, hidden_module=mlp(plain), **skw)
+             for p, s in zip(prompts, [3, 4, 5])]
+    assert len({tuple(g.token_ids) for g in ref_s[0]}) > 2                      # the rows differ
+    assert_same(common.sample(fast, tok, prompts[0], 5, seed=3, hidden_module=mlp(fast), **skw), ref_s[0], atol=1e-4)
+    for got, r in zip(common.sample_many(fast, tok, prompts, 5, seeds=[3, 4, 5], hidden_module=mlp(fast), **skw),
+                      ref_s):
+        assert_same(got, r, atol=1e-4)
+
+
+def test_hooks_on_mlp_and_decoder_layers_fire_on_onednn_models(tiny_real):
+    """SeaKR reads an MLP's output, CtrlA adds to decoder layers' outputs: both act the same on a model
+    whose linear layers are oneDNN's."""
+    _, tok = tiny_real
+    plain = wide_model(tok)
+    fast = onednn_twin(plain)
+    ids = torch.tensor([common.encode(tok, "Question: What is the capital of France?")])
+    seen, logits = {}, {}
+    for name, m in (("plain", plain), ("fast", fast)):
+        layer = common.decoder_layers(m)[0]
+        with common.record_output(layer.mlp) as mlp_out, common.record_output(layer) as layer_out, \
+                common.add_to_output(layer, torch.full((256,), 0.5)), torch.no_grad():
+            logits[name] = m(ids).logits
+        seen[name] = (mlp_out, layer_out)
+        with torch.no_grad():
+            moved = not torch.allclose(logits[name], m(ids).logits)
+        assert moved                                            # the steering vector acted
+    for a, b in zip(seen["plain"], seen["fast"]):
+        assert len(a) == len(b) == 1 and torch.allclose(a[0], b[0], atol=1e-4)
+    assert torch.allclose(logits["plain"], logits["fast"], atol=1e-4)
+
+
+def test_tied_lm_head_stays_plain_and_shares_the_embedding():
+    from conftest import make_bytelevel_tokenizer
+    tok = make_bytelevel_tokenizer()
+    plain = wide_model(tok, tie=True)
+    assert plain.lm_head.weight is plain.get_input_embeddings().weight
+    fast = onednn_twin(plain)
+    assert type(fast.lm_head) is torch.nn.Linear and fast.lm_head.weight is fast.get_input_embeddings().weight
+    assert isinstance(common.decoder_layers(fast)[0].mlp.down_proj, common.OneDNNLinear)
+    ids = torch.tensor([common.encode(tok, "What is the capital of France?")])
+    with torch.no_grad():
+        assert torch.allclose(plain(ids).logits, fast(ids).logits, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_onednn_fast_path_equals_the_plain_reference_on_smollm2():
+    plain, tok = common.load_model("smollm2-135m", "float32", "cpu", "plain")
+    fast, _ = common.load_model("smollm2-135m", "float32", "cpu", "onednn")
+    assert any(isinstance(m, common.OneDNNLinear) for m in fast.modules())
+    assert type(fast.lm_head) is torch.nn.Linear           # tied to the embedding: kept plain
+    mlp = lambda m: common.decoder_layers(m)[len(common.decoder_layers(m)) // 2 - 1].mlp   # noqa: E731
+    prompt = common.chat_prompt(tok, "Who directed the film Laughter In Hell?")
+    kw = dict(max_new_tokens=16, stop=("\n",))
+    ref = common.reference(plain, tok, prompt, 4, seed=7, with_greedy=True, hidden_module=mlp(plain), **kw)
+    assert_same([common.greedy(fast, tok, prompt, hidden_module=mlp(fast), **kw)], ref[:1], atol=1e-4)
+    assert_same(common.sample(fast, tok, prompt, 4, seed=7, with_greedy=True, hidden_module=mlp(fast), **kw), ref,
+                atol=1e-4)

@@ -228,3 +228,101 @@ def test_int8_is_refused_off_the_cpu_and_unknown_dtypes_are_named(tmp_path):
         common.load_model(str(tmp_path), "int8", "cuda")
     with pytest.raises(common.InputError, match="--dtype int4: use one of auto, float32, bfloat16, float16, int8"):
         common.load_model(str(tmp_path), "int4", "cpu")
+
+
+# ---------------------------------------------------------------- --linear: the kernel of the linear layers
+
+@pytest.mark.parametrize("device,dtype,flags,vendor,linear,why", [
+    ("cpu", "float32", EPYC_AVX2, "AuthenticAMD", "onednn", "measured faster"),   # the measured kind
+    ("cpu", "bfloat16", EPYC_AVX2, "AuthenticAMD", "plain", "bfloat16"),
+    ("cpu", "float32", ZEN4, "AuthenticAMD", "plain", "not measured"),            # AVX-512: not measured
+    ("cpu", "float32", XEON_AMX, "GenuineIntel", "plain", "not measured"),
+    ("cpu", "bfloat16", XEON_AMX, "GenuineIntel", "plain", "bfloat16"),
+    ("cpu", "float32", EPYC_AVX2, "GenuineIntel", "plain", "not measured"),
+    ("cpu", "int8", EPYC_AVX2, "AuthenticAMD", "plain", "int8"),
+    ("cpu", "float32", "", "", "plain", "not measured"),                          # no /proc/cpuinfo
+    ("cuda", "bfloat16", "", "", "plain", "cuda"),
+])
+def test_choose_linear(device, dtype, flags, vendor, linear, why):
+    got, reason = common.choose_linear(device, dtype, flags, vendor)
+    assert got == linear and why in reason
+
+
+def test_explicit_linear_is_checked_and_plain_flag_means_plain():
+    assert common.resolve_linear("onednn", "cpu", "float32") == ("onednn", "as given")
+    assert common.resolve_linear("plain", "cuda", "bfloat16") == ("plain", "as given")
+    for device, dtype in (("cuda", "float32"), ("cpu", "int8"), ("cpu", "float16")):
+        with pytest.raises(common.InputError, match="--linear onednn runs float32 and bfloat16 linear layers on the "
+                                                    "CPU .*; pass --linear plain"):
+            common.resolve_linear("onednn", device, dtype)
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():       # AVX2-only CPUs
+        with pytest.raises(common.InputError, match="no bfloat16 linear on this CPU"):
+            common.resolve_linear("onednn", "cpu", "bfloat16")
+    with pytest.raises(common.InputError, match="--linear mkl: use one of auto, plain, onednn"):
+        common.resolve_linear("mkl", "cpu", "float32")
+    ns = __import__("argparse").Namespace
+    assert common.linear_of(ns(linear="onednn", plain=False)) == "onednn"
+    assert common.linear_of(ns(linear="auto", plain=True)) == "plain"
+    with pytest.raises(common.InputError, match="--plain runs torch's own linear layers; drop --linear onednn"):
+        common.linear_of(ns(linear="onednn", plain=True))
+
+
+def test_load_model_keeps_one_model_per_kernel_and_plain_gets_the_plain_modules(tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "_LOADED", {})
+    monkeypatch.setattr(common, "LINEAR", "auto")
+    ref, tok, path = _saved_tiny(tmp_path)
+    fast, _ = common.load_model(path, "float32", "cpu", "onednn")
+    plain, _ = common.load_model(path, "float32", "cpu", "plain")
+    assert fast is not plain and common.load_model(path, "float32", "cpu", "onednn")[0] is fast
+    assert not any(type(m) is torch.nn.Linear for m in fast.modules())
+    assert not any(isinstance(m, common.OneDNNLinear) for m in plain.modules())
+    ids = torch.tensor([tok("The cat sat on the mat.")["input_ids"]])
+    with torch.inference_mode():
+        assert torch.allclose(fast(ids).logits, plain(ids).logits, atol=1e-4)
+    # a run's flags decide what load_model gives when not told (check_inputs sets it): --plain, plain
+    args = _run_args(tmp_path, plain=True, linear="auto")
+    common.check_inputs(args)
+    assert common.LINEAR == "plain" and common.load_model(path, "float32", "cpu")[0] is plain
+    common.check_inputs(_run_args(tmp_path, linear="onednn"))
+    assert common.load_model(path, "float32", "cpu")[0] is fast
+    # auto follows the CPU kind; the model on disk is read once per resolved kernel
+    monkeypatch.setattr(common, "cpu_vendor", lambda: "GenuineIntel")
+    assert common.load_model(path, "float32", "cpu", "auto")[0] is plain
+    monkeypatch.setattr(common, "cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr(common, "cpu_flags", lambda: "fpu avx2 fma")
+    assert common.load_model(path, "float32", "cpu", "auto")[0] is fast
+
+
+def _run_args(tmp_path, **kw):
+    import argparse
+    from pathlib import Path
+    p = argparse.ArgumentParser()
+    common.add_common_args(p)
+    args = p.parse_args([])
+    args.data = str(Path(__file__).parent / "fixtures" / "nq_open.jsonl")
+    args.output = str(tmp_path / "out.jsonl")
+    args.device = "cpu"
+    args.dtype = "float32"
+    for k, v in kw.items():
+        setattr(args, k, v)
+    return args
+
+
+def test_settings_record_the_kernel_and_a_resume_with_another_is_refused(tmp_path, monkeypatch):
+    answer = lambda rec: {"prediction": rec["answers"][0]}     # noqa: E731
+    monkeypatch.setattr(common, "cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr(common, "cpu_flags", lambda: "fpu avx2 fma")               # the measured kind
+    assert common.run_settings(_run_args(tmp_path), None)["linear layers"] == "onednn"
+    assert common.run_settings(_run_args(tmp_path, plain=True), None)["linear layers"] == "plain"
+    assert common.run_settings(_run_args(tmp_path, dtype="int8"), None)["linear layers"] == "plain"
+    common.run(_run_args(tmp_path, limit=1), "fake", answer)
+    with pytest.raises(common.InputError, match="was made with --plain = False, this run has True"):
+        common.run(_run_args(tmp_path, limit=1, plain=True), "fake", answer)
+    monkeypatch.setattr(common, "cpu_vendor", lambda: "GenuineIntel")     # the same flags, on another CPU kind
+    with pytest.raises(common.InputError, match="was made with linear layers = onednn, this run has plain; "
+                                                "pass another --output"):
+        common.run(_run_args(tmp_path, limit=1), "fake", answer)
+    # the same kernel named explicitly resumes on any CPU
+    common.run(_run_args(tmp_path, limit=1, linear="onednn", overwrite=True), "fake", answer)
+    monkeypatch.setattr(common, "cpu_vendor", lambda: "AuthenticAMD")
+    common.run(_run_args(tmp_path, limit=2, linear="onednn"), "fake", answer)
