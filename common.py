@@ -200,28 +200,36 @@ def _convert_embedded(alias: str) -> Path:
     return out
 
 
-def cpu_flags() -> str:
-    """The CPU's feature flags from /proc/cpuinfo ('' where there is none, e.g. macOS)."""
+def cpu_info(field: str) -> str:
+    """One field of /proc/cpuinfo for the first CPU ("flags", "vendor_id", "model name"); '' where there
+    is none (macOS, Windows)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return line.partition(":")[2]
-    except OSError:
-        pass
-    return ""
-
-
-def cpu_vendor() -> str:
-    """The CPU's vendor id from /proc/cpuinfo (AuthenticAMD, GenuineIntel; '' where there is none)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
+                if line.split(":")[0].strip() == field:
                     return line.partition(":")[2].strip()
     except OSError:
         pass
     return ""
+
+
+def cpu_flags() -> str:
+    """The CPU's feature flags, space-separated ('' where /proc/cpuinfo has none)."""
+    return cpu_info("flags")
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor id (AuthenticAMD, GenuineIntel; '' where /proc/cpuinfo has none)."""
+    return cpu_info("vendor_id")
+
+
+def cpu_name() -> str:
+    """The CPU's model name, vendor, family and model, named beside every figure and in every run row
+    (machines here differ: "AMD EPYC (AuthenticAMD, family 25, model 1)" is a Zen 3)."""
+    extra = ", ".join(v for v in (cpu_info("vendor_id"), cpu_info("cpu family") and f"family {cpu_info('cpu family')}",
+                                  cpu_info("model") and f"model {cpu_info('model')}") if v)
+    name = cpu_info("model name") or platform.processor() or "unknown CPU"
+    return f"{name} ({extra})" if extra else name
 
 
 def choose_dtype(device: str, flags: str) -> tuple[str, str]:
@@ -892,18 +900,6 @@ def call_key(model, tok, call: str, ids: list[list[int]], settings: dict) -> str
     return json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def cpu_name() -> str:
-    """The CPU's model name from /proc/cpuinfo (platform.processor() where there is none)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def _fingerprint(obj, compute) -> str:
     """compute(obj), once per object (a later object at the same id is not taken for it)."""
     held = _FINGERPRINTS.get(id(obj))
@@ -1533,6 +1529,7 @@ def _finish_last_line(out: Path) -> None:
 
 
 _BAR: list = []     # the progress bar of the run in progress, for progress()
+CPU = cpu_name() if not torch.cuda.is_available() else torch.cuda.get_device_name()
 
 
 def progress(text: str) -> None:
@@ -1607,6 +1604,7 @@ def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
                        "answers": rec["answers"], **{k: rec[k] for k in GOLD_FIELDS if k in rec},
                        "prediction": res["prediction"], "retrievals": res.get("retrievals", 0),
                        "model_calls": res.get("model_calls", 0), "seconds": round(time.time() - start, 3),
+                       "cpu": CPU,   # a file may grow on machines of several kinds: its seconds name theirs
                        "trace": res.get("trace", {}), **({"error": error} if error else {})}
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
                 fh.flush()

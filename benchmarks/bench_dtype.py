@@ -29,16 +29,6 @@ sys.path.insert(0, str(ROOT))
 import common  # noqa: E402
 
 
-def cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def layer_shapes(cfg) -> list[tuple[str, int, int]]:
     """(name, in, out) of one decoder layer's linear maps: q, k+v, o, gate+up, down."""
     h, inter = cfg.hidden_size, cfg.intermediate_size
@@ -117,12 +107,12 @@ def main():
     auto, why = common.choose_dtype(a.device, flags)
     seen = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
             if f in flags.split()]
-    print(f"CPU: {cpu_name()}; flags: {' '.join(seen) or 'none of avx2/avx512/amx'}; "
+    print(f"CPU: {common.cpu_name()}; flags: {' '.join(seen) or 'none of avx2/avx512/amx'}; "
           f"threads: {torch.get_num_threads()} (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})")
     print(f"--dtype auto would choose {auto} ({why})")
     print(f"model {a.model}: hidden {cfg.hidden_size}, intermediate {cfg.intermediate_size}, "
           f"{cfg.num_hidden_layers} layers")
-    fig = {"cpu": cpu_name(), "auto": auto, "model": a.model}
+    fig = {"cpu": common.cpu_name(), "auto": auto, "model": a.model}
     print(f"{'shape':22} {'float32':>9} {'bfloat16':>9} {'bf16/fp32':>10}"
           + (f" {'int8':>9} {'int8/fp32':>10}" if a.int8 else "") + "   (TFLOP/s)")
     for name, tokens in (("prefill", a.prompt), ("decode", a.rows)):

@@ -50,25 +50,6 @@ DEMO = {"seakr": "hotpotqa", "ctrla": "popqa", "rowen": "truthfulqa"}   # each m
 RATE_BYTES = 2 ** 28     # weights behind each rate: far more than any cache, so they stream from memory
 
 
-def cpu_name() -> str:
-    """The CPU's model name, vendor, family and model (machines here differ: name it beside every figure)."""
-    info = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                info.setdefault(key.strip(), value.strip())
-    except OSError:
-        pass
-    name = info.get("model name", "unknown CPU")
-    extra = ", ".join(v for v in (info.get("vendor_id"), info.get("cpu family") and f"family {info['cpu family']}",
-                                  info.get("model") and f"model {info['model']}") if v)
-    return f"{name} ({extra})" if extra else name
-
-
-# ----------------------------------------------------------------------------------------------
-# The arithmetic (tests/test_benchmarks.py checks it by hand)
-
 def product_flops(rows: int, n_in: int, n_out: int) -> int:
     """Multiply-adds of rows x n_in times n_in x n_out, counted as 2 FLOPs each."""
     return 2 * rows * n_in * n_out
@@ -361,7 +342,7 @@ def main():
     p.add_argument("--repeats", type=int, default=3, help="timed passes per rate (medians)")
     a, rest = p.parse_known_args()
     rest = [x for x in rest if x != "--"]
-    cpu = cpu_name()
+    cpu = common.cpu_name()
     print(f"CPU: {cpu}; threads: {torch.get_num_threads()} (OMP_NUM_THREADS="
           f"{os.environ.get('OMP_NUM_THREADS', 'unset')}); load average {os.getloadavg()[0]:.2f}", flush=True)
     from transformers import AutoConfig

@@ -32,6 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+import common  # noqa: E402
 import eval as eval_metrics  # noqa: E402
 DEMO = {"seakr": "hotpotqa", "ctrla": "popqa", "rowen": "truthfulqa"}   # each method's demo set
 
@@ -79,14 +80,6 @@ def load_figures(model: str, dtype: str) -> dict:
     out = json.loads(done.stdout.strip().splitlines()[-1])
     print(f"load {model}:{dtype}: {out}", file=sys.stderr, flush=True)
     return out
-
-
-def cpu_name() -> str:
-    """The CPU's model name, printed beside every figure (machines here differ)."""
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.partition(":")[2].strip()
-    return "unknown"
 
 
 def strip_times(value):
@@ -192,7 +185,7 @@ def main():
                          + "  " + ", ".join(f"{n}: predictions {same[n][0]}/{len(ref)}, traces "
                                             f"{same[n][1]}/{len(ref)}" for n in same)
                          + "  ".join(f"{n}: {chose[n] or 'as given'}" for n in chose if a.models))
-    print(f"CPU: {cpu_name()}")
+    print(f"CPU: {common.cpu_name()}")
     for m, f in figures.get("load", {}).items():
         print(f"load {m}: {f['load_s']} s (after {f['import_s']} s of imports; weights memory-mapped)")
     print(f"threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; seconds per question "

@@ -320,3 +320,12 @@ def test_progress_shows_a_questions_stage_beside_the_bar(tmp_path, capsys):
     common.run(make_args(tmp_path, limit=1), "fake", solve)
     assert "stage 2 of nq-0" in capsys.readouterr().err
     common.progress("after the run")          # no bar: nothing to show, no error
+
+
+def test_each_row_names_the_machine_it_ran_on(tmp_path):
+    """A run file may grow on machines of several kinds; each row's seconds come with its CPU."""
+    common.run(make_args(tmp_path, limit=2), "fake", lambda rec: {"prediction": "x"})
+    rows = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [r["cpu"] for r in rows] == [common.CPU] * 2 and common.CPU
+    if Path("/proc/cpuinfo").exists() and not common.torch.cuda.is_available():
+        assert common.CPU.startswith(common.cpu_info("model name"))
