@@ -462,8 +462,6 @@ def contexts_corpus(records):
     return list(pooled.values())
 
 
-
-
 def jsonl_rows(lines, path):
     """(line number, object) for every non-blank line; InputError naming file:line otherwise."""
     for lineno, line in enumerate(lines, 1):
