@@ -822,9 +822,9 @@ def print_calibration(output, records: list[dict]) -> dict:
               f"{100 * r['acc_retrieved']:9.1f} {r['n_kept']:7d}")
     print(f"scores: min {t['min']:.3f}, median {t['median']:.3f}, max {t['max']:.3f} over {t['n']} questions, "
           f"{t['n_right']} answered right without retrieval")
-    print(f"our rule (largest accuracy gap kept - retrieved): "
+    print("our rule (largest accuracy gap kept - retrieved): "
           + (f"--threshold {t['gap']} ({t['gap_points']:.1f} points)" if t["gap"] is not None else "no candidate"))
-    print(f"paper 5.3 (kept questions under 80% wrong): "
+    print("paper 5.3 (kept questions under 80% wrong): "
           + (f"--threshold {t['paper']}" if t["paper"] is not None else
              "no candidate: the model answers too few right unaided; retrieve (nearly) always"))
     return t

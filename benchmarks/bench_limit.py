@@ -383,7 +383,7 @@ def main():
         print(f"{name:>8} {g['steps']:6d} {g['tokens']:7d} {g['seconds']:8.1f} {g['linear_seconds']:9.1f} "
               f"{g['flops'] / 1e9:9.1f} {g['weight_bytes'] / 1e9:10.1f} {g['limit_seconds']:8.1f} "
               f"{g['seconds'] / max(g['limit_seconds'], 1e-9):8.2f}")
-    print(f"GEMM GFLOP/s (rows: " + ", ".join(f"{n} {r}" for n, r in [("decode", a.rows), ("prefill", a.prefill),
+    print("GEMM GFLOP/s (rows: " + ", ".join(f"{n} {r}" for n, r in [("decode", a.rows), ("prefill", a.prefill),
                                                                      ("large", a.large)]) + "): " +
           "; ".join(f"{k} " + ", ".join(f"{n} {v / 1e9:.1f}" for n, v in r.items()) for k, r in rates["gemm"].items()))
     print("weight streaming GB/s: " + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in rates["stream"].items())

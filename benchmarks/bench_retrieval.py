@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import os
 import random
 import resource
 import shutil
@@ -32,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+import retrieval  # noqa: E402
 RAW = ROOT.parent / "shared/data/raw"
 if not RAW.exists():
     RAW = Path("/work/shared/data/raw")
@@ -98,8 +98,6 @@ def agreement(ref, ours, queries, preset):
 
 
 def parity(args):
-    import common
-    import retrieval
     if lucene_jars() is None:
         print("skipped: needs java, javac and liblucene8-java (apt-get install liblucene8-java)")
         return None
@@ -139,7 +137,6 @@ def _synthetic(corpus, n, path):
 
 
 def scale(args):
-    import common
     corpus = retrieval.load_corpus(args.corpus)
     work = Path(args.dir or tempfile.mkdtemp(prefix="bench_retrieval_"))
     work.mkdir(parents=True, exist_ok=True)
@@ -155,7 +152,6 @@ def scale(args):
         sys.exit(f"build failed: {child.stdout}")
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     disk = sum(f.stat().st_size for f in index.rglob("*") if f.is_file())
-    import retrieval
     queries = parity_queries(corpus)[:200:2]
     result = {"passages": args.n, "build_s": round(build_s, 1), "passages_per_s": round(args.n / build_s),
               "peak_rss_mb": round(peak_mb), "disk_bytes_per_passage": round(disk / args.n, 1)}

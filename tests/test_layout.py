@@ -41,7 +41,8 @@ def test_no_file_imports_one_that_imports_it_back():
 def test_imports_run_the_way_the_readme_draws_them():
     g = graph()
     assert g["retrieval"] == set() and g["eval"] == set()      # the bottom floor: no project import
-    assert g["common"] <= {"retrieval", "eval"}
+    assert g["questions"] <= {"retrieval"}
+    assert g["common"] <= {"retrieval", "eval", "questions"}
     for method in ("seakr", "ctrla", "rowen"):
         assert g[method] <= {"common", "eval"}, method        # never another method file
     assert g["view"] <= {"eval"}
