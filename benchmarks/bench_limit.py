@@ -2,6 +2,7 @@
 
     python benchmarks/bench_limit.py --method seakr|ctrla|rowen [--model ALIAS] [--limit N] [--linear auto|plain|onednn]
     python benchmarks/bench_limit.py --products [--model ALIAS] [--dtypes float32 bfloat16]
+    python benchmarks/bench_limit.py --steps [--model ALIAS]
 
 Runs the method's own main() on its first N demo questions (seakr: hotpotqa, ctrla: popqa, rowen:
 truthfulqa; arguments after `--` go to the method), with every forward pass of a model (a "step") and
@@ -25,7 +26,9 @@ totals, and one JSON line last with at least seconds, limit_seconds, ratio_to_li
 (linear layers' time over the questions' time) and cpu. Run it with --linear plain and --linear
 onednn for a before and after. --products instead times each linear shape of the model alone (from
 its config, no weights loaded): plain against onednn, interleaved, at 1, 2, --rows and --prefill rows,
-in each of --dtypes. Set OMP_NUM_THREADS to choose the threads.
+in each of --dtypes. --steps instead loads the model twice, plain and onednn, and times whole forward
+passes in turn: a --prefill-token prefill and one decoding step of 1, 2 and --rows rows on its cache.
+Set OMP_NUM_THREADS to choose the threads.
 """
 from __future__ import annotations
 
@@ -326,6 +329,52 @@ def _why_not_onednn(dtype: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
+# --steps: whole-model steps, plain against onednn
+
+@torch.inference_mode()
+def steps_table(model_name: str, dtype: str, prefill: int, rows_list: list[int], repeats: int) -> dict:
+    """Seconds of whole forward passes of the model loaded twice (plain and onednn linear layers), in
+    turn, pair by pair: a prefill of `prefill` random tokens, and one decoding step of each row count
+    on that prompt's cache (medians of `repeats`; the first pass of each model, which reads its
+    weights from disk, is left out)."""
+    import copy
+    models = {k: common.load_model(model_name, dtype, "cpu", k)[0] for k in ("plain", "onednn")}
+    torch.manual_seed(0)
+    ids = torch.randint(100, 20000, (1, prefill))
+    past, times = {}, defaultdict(list)
+
+    def run_prefill(k):
+        start = time.perf_counter()
+        out = models[k](input_ids=ids, use_cache=True, logits_to_keep=1)
+        return time.perf_counter() - start, out.past_key_values
+
+    def run_step(k, rows):
+        cache = copy.deepcopy(past[k])
+        cache.batch_repeat_interleave(rows)
+        x = torch.randint(100, 20000, (rows, 1))
+        start = time.perf_counter()
+        models[k](input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return time.perf_counter() - start
+
+    for k in models:
+        run_prefill(k)
+        _, past[k] = run_prefill(k)
+    for _ in range(repeats):
+        for k in models:
+            times[k, "prefill"].append(run_prefill(k)[0])
+        for rows in rows_list:
+            for k in models:
+                times[k, rows].append(run_step(k, rows))
+    table = {}
+    for what in ["prefill"] + rows_list:
+        plain, fast = statistics.median(times["plain", what]), statistics.median(times["onednn", what])
+        name = f"prefill {prefill}" if what == "prefill" else f"{what} rows"
+        table[name] = {"plain_s": round(plain, 3), "onednn_s": round(fast, 3), "onednn_speedup": round(plain / fast, 2)}
+        print(f"{name:12}: plain {plain:7.3f} s  onednn {fast:7.3f} s  {plain / fast:5.2f}x", flush=True)
+    return table
+
+
+# ----------------------------------------------------------------------------------------------
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -338,6 +387,8 @@ def main():
     p.add_argument("--prefill", type=int, default=600, help="the prefill shape's rows")
     p.add_argument("--large", type=int, default=1024, help="rows of the large shape (the best GEMM rate)")
     p.add_argument("--products", action="store_true", help="only the per-shape table, plain against onednn")
+    p.add_argument("--steps", action="store_true", help="only whole-model steps, plain against onednn (the model "
+                   "loaded twice)")
     p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], help="--products: precisions")
     p.add_argument("--repeats", type=int, default=3, help="timed passes per rate (medians)")
     a, rest = p.parse_known_args()
@@ -350,6 +401,11 @@ def main():
     if a.products:
         table = products_table(cfg, a.dtypes, [1, 2, a.rows], a.prefill, a.repeats)
         print(json.dumps({"cpu": cpu, "model": a.model, "products": table}))
+        return
+    if a.steps:
+        table = steps_table(a.model, a.dtype, a.prefill, [1, 2, a.rows], a.repeats)
+        print(json.dumps({"cpu": cpu, "model": a.model, "dtype": a.dtype, "steps": table,
+                          "load_average": os.getloadavg()[0]}))
         return
     if not a.method:
         p.error("pass --method (or --products)")
