@@ -253,9 +253,10 @@ def choose_linear(device: str, dtype: str, flags: str, vendor: str) -> tuple[str
     OneDNNLinear (oneDNN's inner product on weights reordered once, at load).
 
     onednn only where it was measured faster: float32 on an AMD CPU with AVX2 and no AVX-512 (a
-    2-core AMD EPYC, Zen 3, Qwen2.5-Coder-1.5B: products of 1 to 21 rows 1.1x-3.3x faster than MKL's,
-    decoding steps 1.2x-2.5x, a 600-token prefill as fast, one SeaKR question 393 -> 142 s with the
-    same steps and answer; benchmarks/README.md). Not measured, so plain: Intel CPUs (with AMX or
+    2-core AMD EPYC, Zen 3, Qwen2.5-Coder-1.5B: products of 1 to 21 rows 1.2x-3.3x faster than MKL's
+    on the large shapes, 0.9x-1.6x on the small k and v ones; decoding steps 1.2x-2.5x, a 600-token
+    prefill as fast; one SeaKR question 393 -> 142 s with the same steps and answer;
+    benchmarks/README.md). Not measured, so plain: Intel CPUs (with AMX or
     not), AMD CPUs with AVX-512, GPUs. bfloat16 on AVX2-only CPUs has no oneDNN linear at all (torch
     asks for avx_ne_convert or AVX-512 BW/VL/DQ); float16 and int8 keep their own layers.
     """
