@@ -266,8 +266,10 @@ def choose_linear(device: str, dtype: str, flags: str, vendor: str) -> tuple[str
     OneDNNLinear (oneDNN's inner product on weights reordered once, at load).
 
     onednn only where it was measured faster: float32 on an AMD CPU with AVX2 and no AVX-512 (a
-    2-core AMD EPYC, Zen 3: the decoding products of Qwen2.5-Coder-1.5B 1.3x-2.5x faster than MKL's,
-    a SeaKR question 1.5x; benchmarks/README.md). Not measured, so plain: Intel CPUs (with AMX or
+    2-core AMD EPYC, Zen 3, Qwen2.5-Coder-1.5B: products of 1 to 21 rows 1.2x-3.3x faster than MKL's
+    on the large shapes, 0.9x-1.6x on the small k and v ones; decoding steps 1.2x-2.5x, a 600-token
+    prefill as fast; one SeaKR question 393 -> 142 s with the same steps and answer;
+    benchmarks/README.md). Not measured, so plain: Intel CPUs (with AMX or
     not), AMD CPUs with AVX-512, GPUs. bfloat16 on AVX2-only CPUs has no oneDNN linear at all (torch
     asks for avx_ne_convert or AVX-512 BW/VL/DQ); float16 and int8 keep their own layers.
     """
@@ -427,13 +429,12 @@ class OneDNNLinear(torch.nn.Module):
 
 def use_onednn_linear(model) -> None:
     """--linear onednn: every nn.Linear of `model` becomes a OneDNNLinear, in place, one layer at a
-    time: each dense weight is freed (or, memory-mapped, let go) before the next is reordered, so the
-    model never holds two copies. Hooks on the modules around them (SeaKR's MLP output, CtrlA's
-    decoder layers) see the same outputs up to rounding.
+    time, each dense weight dropped before the next is reordered, so the model ends with one copy of
+    its weights. Hooks on the modules around them (SeaKR's MLP output, CtrlA's decoder layers) see
+    the same outputs up to rounding.
 
     subtle: a linear layer whose weight is another module's too (lm_head tied to the input embedding,
-    as in SmolLM2 and the Qwen2.5 models) stays nn.Linear: its reordered copy would sit beside the
-    embedding's dense one (0.9 GB for Qwen2.5-Coder-1.5B in float32)."""
+    as in SmolLM2) stays nn.Linear: its reordered copy would sit beside the embedding's dense one."""
     shared = {id(p) for m in model.modules() if not isinstance(m, torch.nn.Linear)
               for p in m.parameters(recurse=False)}
     slots = [(parent, name) for parent in model.modules() for name, child in parent.named_children()
@@ -443,7 +444,8 @@ def use_onednn_linear(model) -> None:
     # subtle: from_pretrained memory-maps the checkpoint, and the pages the reordering read stay counted
     # as this process's memory while any tensor still views the file (the embedding, the norms), a
     # second copy of every weight by the kernel's count (12.0 GB for Qwen2.5-Coder-1.5B in float32
-    # instead of 7.1). Copying those few out lets the map close.
+    # instead of 7.1). Copying those few out lets the map close. (While loading, the peak still counts
+    # them: 13.7 GB, about 6.6 of it the checkpoint's clean page-cache pages.)
     for p in model.parameters():
         p.data = p.data.clone()
     for module in model.modules():
