@@ -336,7 +336,9 @@ def main(argv=None):
 # A file qualifies when each row holds both the method's score and the answer the model gave without
 # retrieval:
 # - `seakr.py --calibrate`: the eigen score U of each direct answer and the simpler estimators the
-#   paper ablates (5.1): perplexity, multi-perplexity, LN-entropy (seakr.uncertainty_baselines);
+#   paper ablates (5.1): perplexity, multi-perplexity, LN-entropy (seakr.uncertainty_baselines),
+#   and the length of the unaided generation in words, the baseline that "The Illusion of Progress:
+#   Re-evaluating Hallucination Detection in LLMs" (2025) found hard to beat (longer = less sure);
 # - `ctrla.py --monitor-only`: the confidence monitor over the closed-book answer: its trigger (the
 #   method's own decision, 0 or 1) and the lowest token score minus tau over the answer;
 # - `rowen.py --mode hybrid` (any retrieval setting): Z_CL, Z_CM and the hybrid Z of the initial
@@ -346,6 +348,7 @@ def main(argv=None):
 # every right one), with a percentile bootstrap interval that resamples the questions.
 
 TRIGGER = "monitor trigger"   # CtrlA's 0/1 decision among the signals
+LENGTH = "generation length (words)"   # a baseline beside SeaKR's estimators
 
 
 def auroc(scores, wrong):
@@ -418,9 +421,10 @@ def signal_scores(rows):
     if "direct" in first and "score" in first:
         names = {"eigen score U": "score", "perplexity": "perplexity",
                  "multi-perplexity": "multi_perplexity", "LN-entropy": "ln_entropy"}
-        return ("SeaKR", {label: [r["trace"].get(key) for r in rows] for label, key in names.items()
-                          if any(r["trace"].get(key) is not None for r in rows)},
-                [not is_right(r) for r in rows])
+        scores = {label: [r["trace"].get(key) for r in rows] for label, key in names.items()
+                  if any(r["trace"].get(key) is not None for r in rows)}
+        scores[LENGTH] = [len(str(r["trace"]["direct"]).split()) for r in rows]
+        return "SeaKR", scores, [not is_right(r) for r in rows]
     segments = [r["trace"].get("segments") for r in rows]
     if (any(segments) and all(segs is not None and all("scores" in g for g in segs) for segs in segments)
             and not any(r.get("retrievals") for r in rows)):

@@ -279,13 +279,17 @@ def test_signals_of_a_seakr_calibration_file():
             seakr_row("c", "Nice", None, 3.0), seakr_row("d", "It is Paris", 0.5, 1.5),
             {"id": "e", "answers": ["x"], "error": "too long"}]
     got = ev.signals(rows, resamples=100)
-    assert got["method"] == "SeaKR" and set(got["signals"]) == {"eigen score U", "perplexity"}
+    assert got["method"] == "SeaKR" and set(got["signals"]) == {"eigen score U", "perplexity", ev.LENGTH}
     u = got["signals"]["eigen score U"]
     # c has no finite U and is left out: wrong {2.0} vs right {-1.0, 0.5} -> 1
     assert (u["n"], u["wrong"], u["auroc"]) == (3, 1, 1.0)
     # perplexity: wrong {1.1, 3.0} vs right {1.2, 1.5}: pairs 0, 0, 1, 1 -> 0.5
     p = got["signals"]["perplexity"]
     assert (p["n"], p["wrong"], p["auroc"]) == (4, 2, 0.5)
+    # length in words of the unaided generation: wrong {1 (Lyon), 1 (Nice)} vs right {1 (Paris), 3}:
+    # pairs 0.5, 0, 0.5, 0 -> 0.25
+    n = got["signals"][ev.LENGTH]
+    assert (n["n"], n["wrong"], n["auroc"]) == (4, 2, 0.25)
 
 
 def ctrla_row(qid, prediction, segments, retrievals=0):
