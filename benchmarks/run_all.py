@@ -227,7 +227,7 @@ def main(argv=None):
     if not rows:
         raise SystemExit(f"error: no run files in {a.out}")
     table = metrics.format_table([(label, s) for _, _, label, s in rows], markdown=True, first="run")
-    total = sum(s["sec_per_q"] * s["n"] for name, _, _, s in rows if name in runs(a))
+    total = sum(s["sec_per_q"] * s["n"] for name, _, _, s in rows if name in runs(a) or name in SIGNAL_RUNS)
     figures = {name: s for name, _, _, s in rows}
     signals = [(path.stem, found) for path in sorted(a.out.glob("*.jsonl"))
                if (found := metrics.signals(metrics.read_rows(path)))]
