@@ -21,7 +21,8 @@ computes only the calls that differ from the runs already made, and each file is
 the cache writes. --no-cache turns it off.
 Writes OUT/table.md (EM, F1, acc, retrieval rate, retrievals, model calls and seconds per question;
 then, for every file in OUT that holds a method's own score beside its unaided answers, that
-signal's AUROC against wrong answers: eval.signals), OUT/figures.json and, if matplotlib is installed (an optional dependency of this command only),
+signal's AUROC against wrong answers: eval.signals; and from a seakr-calibrate file, SeaKR's threshold
+by the paper's 5.3 rule and ours: seakr.threshold_table), OUT/figures.json and, if matplotlib is installed (an optional dependency of this command only),
 OUT/f1_vs_retrieval.png: F1 against retrieval rate, one line per method through its thresholds.
 
 The default sweeps suit SmolLM2-135M: SeaKR delta 2.5 and 0.8 are about the median and the 25th
@@ -144,6 +145,35 @@ def table_rows(a) -> list[tuple[str, str, str, dict]]:
     return out
 
 
+def calibration(out: Path) -> dict | None:
+    """SeaKR's threshold rules (seakr.threshold_table) over OUT/seakr-calibrate.jsonl, if present: each
+    direct answer's eigen score against whether it holds a gold answer (as `seakr.py --calibrate`)."""
+    import seakr  # here, not at the top: it imports torch through common
+    path = out / "seakr-calibrate.jsonl"
+    if not path.exists():
+        return None
+    pairs = [(r["trace"]["score"], bool(metrics.accuracy(r["prediction"], r["answers"])))
+             for r in metrics.read_rows(path)
+             if "error" not in r and isinstance(r.get("trace"), dict) and r["trace"].get("score") is not None]
+    return seakr.threshold_table(pairs) if pairs else None
+
+
+def calibration_text(t: dict) -> str:
+    """The calibration's candidates and the two recommended deltas, in markdown."""
+    gap = (f"delta = {t['gap']:g} (accuracy kept minus retrieved: {t['gap_points']:.1f} points)"
+           if t["gap"] is not None else "no candidate")
+    paper = f"delta = {t['paper']:g}" if t["paper"] is not None else "met at no candidate"
+    lines = [f"SeaKR's threshold from `seakr-calibrate` ({t['n']} direct answers with a finite eigen score U, "
+             f"{t['n_right']} holding a gold answer; U from {t['min']:.3f} to {t['max']:.3f}, median "
+             f"{t['median']:.3f}): our rule {gap}; the paper's 5.3 condition (kept questions under 80% wrong) "
+             f"{paper}. Retrieve iff U > delta.", "",
+             "| delta | retrieval rate | acc kept | acc retrieved | n kept |", "|---:|---:|---:|---:|---:|"]
+    pct = lambda x: "-" if x != x else f"{100 * x:.1f}"    # nan (an empty side) as "-"
+    lines += [f"| {r['delta']:g} | {pct(r['retrieval_rate'])} | {pct(r['acc_kept'])} | {pct(r['acc_retrieved'])} "
+              f"| {r['n_kept']} |" for r in t["table"]]
+    return "\n".join(lines)
+
+
 def plot(rows, path: Path, title: str) -> bool:
     """F1 against retrieval rate: per method, a line through its runs in order of retrieval rate."""
     try:
@@ -235,6 +265,9 @@ def main(argv=None):
         table += ("\n\nEach method's own signal against wrong unaided answers (`python eval.py signals "
                   "FILE`; AUROC 0.5 = no signal):\n\n" + metrics.signals_table(signals, markdown=True))
         figures["signals"] = dict(signals)
+    if (cal := calibration(a.out)) is not None:
+        table += "\n\n" + calibration_text(cal)
+        figures["calibration"] = cal
     (a.out / "table.md").write_text(table + "\n")
     (a.out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
     print(table)

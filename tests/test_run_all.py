@@ -88,3 +88,19 @@ def test_no_run_files_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="no such question file"):
         run_all.main(["--out", str(tmp_path), "--data", str(tmp_path / "missing.json"), "--model", "m/7b",
                       "--runs", "seakr-calibrate"])
+
+
+def test_table_gives_seakrs_threshold_from_a_calibration_file(tmp_path):
+    # U = 0..9; the three lowest answered right: candidates 0..9 (the 5%..95% quantiles); delta 9 keeps
+    # every question (no retrieved side) and is not a candidate. Our rule: delta 2 (acc kept 100%, retrieved
+    # 0%); the paper's: the largest delta whose kept questions are under 80% wrong: 8 (3 of 9 right)
+    rows = [{"id": str(i), "answers": ["Paris"], "prediction": "Paris" if i < 3 else "Rome", "retrievals": 0,
+             "model_calls": 1, "seconds": 1.0, "trace": {"direct": "x", "score": float(i)}} for i in range(10)]
+    write(tmp_path / "seakr-calibrate.jsonl", rows + [{"id": "e", "answers": ["x"], "error": "too long"}])
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    cal = json.loads((tmp_path / "figures.json").read_text())["calibration"]
+    assert (cal["gap"], cal["paper"], cal["n"], cal["n_right"]) == (2, 8, 10, 3)
+    table = (tmp_path / "table.md").read_text()
+    assert "our rule delta = 2 (accuracy kept minus retrieved: 100.0 points)" in table
+    assert "the paper's 5.3 condition (kept questions under 80% wrong) delta = 8." in table
+    assert "| 2 | 70.0 | 100.0 | 0.0 | 3 |" in table and "| 9 | 0.0 | 30.0 | - | 10 |" in table
