@@ -3,7 +3,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup models browser demo test
+.PHONY: setup models browser demo test results
 setup: $(VENV)/.installed models
 
 $(VENV)/.installed: requirements.txt requirements-models.txt
@@ -31,3 +31,10 @@ demo: setup
 
 test: setup browser
 	$(PY) -m pytest -q tests
+
+# The baseline table's tables, signals and plots rebuilt from the run files in results/, no model loaded
+# (matplotlib, for the plots only, is installed here and nowhere else).
+BASELINE_DIRS := $(wildcard results/*-qwen2.5-coder-1.5b)
+results: $(VENV)/.installed
+	$(PY) -m pip install -q --disable-pip-version-check matplotlib
+	@for d in $(BASELINE_DIRS); do echo "== $$d"; $(PY) benchmarks/run_all.py --out $$d --table-only || exit 1; done

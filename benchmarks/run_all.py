@@ -175,7 +175,11 @@ def calibration_text(t: dict) -> str:
 
 
 def plot(rows, path: Path, title: str) -> bool:
-    """F1 against retrieval rate: per method, a line through its runs in order of retrieval rate."""
+    """F1 against retrieval rate: per method, a line through its runs in order of retrieval rate (the
+    signal runs, which never retrieve, left out; no plot without another run)."""
+    rows = [r for r in rows if r[0] not in SIGNAL_RUNS]
+    if not rows:
+        return False
     try:
         import matplotlib
         matplotlib.use("Agg")
