@@ -242,10 +242,13 @@ def step_reason(step: dict, delta) -> str:
 def seakr_html(trace: dict, settings, given_delta, lo: float, hi: float) -> str:
     """lo..hi: the range of the bars, shared by the runs shown side by side."""
     delta, source = seakr_delta(settings, trace, given_delta)
+    direct = trace.get("direct")
+    if isinstance(direct, str) and delta is None:   # --calibrate uses no delta: it is what U calibrates
+        source = ("a calibration run retrieves nothing and uses no delta: its U beside whether the answer is "
+                  "right is what `--calibrate` picks delta from (pass --delta to view.py to mark one)")
     out = [f'<p class="explain">delta = {span("delta", num(delta))} ({esc(source)}): SeaKR retrieves when a '
            "step's eigen score U (the spread of the hidden states of k sampled steps: its uncertainty) is above "
            "delta. The dark tick on each bar is delta.</p>"]
-    direct = trace.get("direct")
     if isinstance(direct, dict):      # simple QA: one direct answer, then each passage alone
         out.append(f'<p>Direct answer: <b>{esc(direct.get("answer"))}</b> {u_cell(direct.get("score"), delta, lo, hi)}'
                    f' &rarr; {"retrieve" if trace.get("retrieved") else "keep it"}</p>'

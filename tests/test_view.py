@@ -134,6 +134,9 @@ def test_seakr_simple_qa_ircot_and_calibration_traces(tmp_path):
     assert re.search(r'<tr class="kept">.*?Ed Wood.*?American', html, re.S)
     assert "IRCoT retrieves before every step" in html and f"<q>{Q}</q>" in html
     assert "perplexity" in html and "1.5" in shown(html, "num") and "trace.retrieved" not in html
+    # a calibration file alone: no delta, and the page says why rather than "the model's default"
+    html = page(tmp_path, ("calibration", [calibration], {"--calibrate": True, "--threshold": None}))
+    assert "a calibration run retrieves nothing and uses no delta" in html and "model's default" not in html
 
 
 def test_ctrla_shades_each_word_by_its_score_and_marks_the_flagged_words(tmp_path):
