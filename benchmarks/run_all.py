@@ -236,12 +236,14 @@ def main(argv=None):
     a = p.parse_args(argv)
     a.extra = a.extra[1:] if a.extra[:1] == ["--"] else a.extra
     a.cache = None if a.no_cache else a.cache
-    sweeps = a.runs == ["all"] or any(r.startswith(("seakr-delta", "ctrla-tau")) for r in a.runs)
-    if a.model not in (None, "smollm2-135m") and not a.table_only and sweeps and (a.deltas is None or a.taus is None):
-        # scores live on a scale of their own per model: SmolLM2's sweep would retrieve always or never
-        # ("smollm2-135m" is common.DEFAULT_MODEL, not imported here: common loads torch)
-        raise SystemExit(f"error: the default --deltas {DELTAS} and --taus {TAUS} suit smollm2-135m; give "
-                         f"--deltas and --taus around {a.model}'s own thresholds (README: Thresholds)")
+    # scores live on a scale of their own per model: SmolLM2's sweep would retrieve always or never
+    # ("smollm2-135m" is common.DEFAULT_MODEL, not imported here: common loads torch); each sweep that runs
+    # needs its own values
+    missing = [flag for flag, prefix, given in (("--deltas", "seakr-delta", a.deltas), ("--taus", "ctrla-tau", a.taus))
+               if given is None and (a.runs == ["all"] or any(r.startswith(prefix) for r in a.runs))]
+    if a.model not in (None, "smollm2-135m") and not a.table_only and missing:
+        raise SystemExit(f"error: the default {' and '.join(missing)} suit smollm2-135m; give {' and '.join(missing)} "
+                         f"around {a.model}'s own thresholds (README: Thresholds)")
     a.deltas = DELTAS if a.deltas is None else a.deltas
     a.taus = TAUS if a.taus is None else a.taus
     known = {**runs(argparse.Namespace(**{**vars(a), "runs": ["all"]})), **SIGNAL_RUNS}

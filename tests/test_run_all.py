@@ -81,7 +81,13 @@ def test_no_run_files_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="no run files"):
         run_all.main(["--out", str(tmp_path), "--table-only"])
     with pytest.raises(SystemExit, match="give --deltas and --taus around m/7b's own"):
+        run_all.main(["--out", str(tmp_path), "--data", "q.json", "--model", "m/7b"])
+    with pytest.raises(SystemExit, match="the default --taus suit smollm2-135m; give --taus around m/7b's own"):
         run_all.main(["--out", str(tmp_path), "--data", "q.json", "--model", "m/7b", "--deltas", "-6"])
+    # a SeaKR sweep alone needs no taus: it goes on to the question file
+    with pytest.raises(SystemExit, match="no such question file"):
+        run_all.main(["--out", str(tmp_path), "--data", str(tmp_path / "missing.json"), "--model", "m/7b",
+                      "--deltas", "-6", "--runs", "seakr-delta-6", "cot"])
     with pytest.raises(SystemExit, match="no such question file"):
         run_all.main(["--out", str(tmp_path), "--data", str(tmp_path / "missing.json")])
     # a signal run has no threshold sweep to ask for
