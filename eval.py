@@ -423,7 +423,7 @@ def signal_scores(rows):
                  "multi-perplexity": "multi_perplexity", "LN-entropy": "ln_entropy"}
         scores = {label: [r["trace"].get(key) for r in rows] for label, key in names.items()
                   if any(r["trace"].get(key) is not None for r in rows)}
-        scores[LENGTH] = [len(str(r["trace"]["direct"]).split()) for r in rows]
+        scores[LENGTH] = [len(str(r["trace"].get("direct") or "").split()) for r in rows]
         return "SeaKR", scores, [not is_right(r) for r in rows]
     segments = [r["trace"].get("segments") for r in rows]
     if (any(segments) and all(segs is not None and all("scores" in g for g in segs) for segs in segments)
