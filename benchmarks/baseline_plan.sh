@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The baseline table's plan (results/README.md), items 1 to 4 in order, one model job at a time, from
+# the worktree pinned at the plan's commit; every run resumes where its file ends, so running this again
+# goes on where it stopped (a finished run is skipped before its model loads).
+#
+#   git worktree add --detach ../wt-runs 062262b     # once; copy results/*-qwen2.5-coder-1.5b/ into it
+#   cd ../wt-runs && bash ../main/benchmarks/baseline_plan.sh
+#
+# SeaKR's delta D comes from item 1's file: the paper's 5.3 condition where it is met, else our rule
+# (seakr.threshold_table, as for SmolLM2); D2, the second SeaKR run, is the median eigen score (about half
+# the questions retrieve). Item 4 stops after the three verifier runs: choose M_V from their Z_CM
+# signals (`python eval.py signals results/verifier10-$M/*.jsonl`), then run the rest with VERIFIER set.
+set -euo pipefail
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+M=qwen2.5-coder-1.5b
+R=../shared/data/raw
+CACHE=${CACHE:-/work/call-cache}
+K=(--dtype float32 --linear onednn --cache "$CACHE")
+H=$R/hotpotqa/hotpot_dev_distractor_v1_100.json
+[ -f seakr.py ] && [ -d "$R" ] || { echo "error: run from the pinned worktree, with $R beside it" >&2; exit 1; }
+
+# 1. SeaKR's signal and threshold: direct answers with U on NQ-open dev 0-199
+python seakr.py --calibrate --model $M --data $R/nq/NQ-open.dev.jsonl --limit 200 "${K[@]}" \
+    --output results/nq200-$M/seakr-calibrate.jsonl
+
+read -r D D2 < <(python - "results/nq200-$M/seakr-calibrate.jsonl" <<'PY'
+import json, sys
+import eval as metrics, seakr
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "error" not in r and r["trace"].get("score") is not None]
+t = seakr.threshold_table([(r["trace"]["score"], bool(metrics.accuracy(r["prediction"], r["answers"]))) for r in rows])
+d = t["paper"] if t["paper"] is not None else t["gap"]
+print(f"{d:g} {round(t['median'], 2):g}")
+PY
+)
+echo "SeaKR delta: $D (second run: $D2)"
+
+# 2. HotpotQA, first 50 dev questions, BM25 over their own contexts: SeaKR at D, CoT, IRCoT, the
+#    "- S.A. Retrieval" ablation and D2 (the pinned run_all asks for --taus beside --deltas: none here)
+python benchmarks/run_all.py --data "$H" --limit 50 --model $M --out results/hotpotqa50-$M \
+    --deltas "$D" "$D2" --taus --runs "seakr-delta$D" cot ircot seakr-no-sa-retrieval "seakr-delta$D2" \
+    --cache "$CACHE" -- --dtype float32 --linear onednn
+
+# 3. CtrlA on the same 50 (tau calibrated from the features), then its monitor on PopQA's first 100
+python benchmarks/run_all.py --data "$H" --limit 50 --model $M --out results/hotpotqa50-$M \
+    --runs ctrla ctrla-never ctrla-always --cache "$CACHE" -- --dtype float32 --linear onednn
+python benchmarks/run_all.py --data $R/ctrla/popqa_longtail.jsonl --limit 100 --model $M \
+    --out results/popqa100-$M --runs ctrla-monitor-only --cache "$CACHE" -- --dtype float32 --linear onednn
+
+# 4. Rowen: which verifier gives Z_CM a signal, on TruthfulQA's first 10
+for V in smollm2-135m qwen2.5-coder-0.5b gemma3-270m; do
+    python rowen.py --data $R/rowen/TruthfulQA.json --limit 10 --model $M --verifier $V --mode hybrid \
+        --never-retrieve "${K[@]}" --output results/verifier10-$M/rowen-v-$V.jsonl
+done
+python eval.py signals results/verifier10-$M/*.jsonl
+if [ -z "${VERIFIER:-}" ]; then
+    echo "choose the verifier from the signals above, then run again with VERIFIER=<alias>"
+    exit 0
+fi
+for data in TruthfulQA.json sampled_strategyqa.json; do
+    name=$( [ $data = TruthfulQA.json ] && echo truthfulqa50 || echo strategyqa50 )
+    python rowen.py --data $R/rowen/$data --limit 50 --model $M --verifier "$VERIFIER" --mode hybrid \
+        --never-retrieve "${K[@]}" --output results/$name-$M/rowen-hybrid-never.jsonl
+done
+# StrategyQA carries no passages and no Wikipedia is at hand: the repair searches BM25 over the 50
+# questions' own facts (each question's `target` without its leading "Yes."/"No."), pooled: the analogue
+# of HotpotQA's distractor contexts, easier than the paper's web search (said beside every number)
+mkdir -p outputs
+python - $R/rowen/sampled_strategyqa.json outputs/strategyqa50-facts.jsonl <<'PY'
+import json, re, sys
+rows = json.load(open(sys.argv[1]))[:50]
+with open(sys.argv[2], "w") as f:
+    for i, r in enumerate(rows):
+        text = re.sub(r"^\s*(yes|no)\b[.,]?\s*", "", r["target"], flags=re.I)
+        f.write(json.dumps({"id": f"strategyqa-fact-{i}", "title": "", "text": text}) + "\n")
+PY
+python benchmarks/run_all.py --data $R/rowen/sampled_strategyqa.json --limit 50 --model $M \
+    --verifier "$VERIFIER" --corpus outputs/strategyqa50-facts.jsonl --out results/strategyqa50-$M \
+    --runs rowen-hybrid-always --cache "$CACHE" -- --dtype float32 --linear onednn
+echo "plan items 1-4 done"
