@@ -110,3 +110,15 @@ def test_table_gives_seakrs_threshold_from_a_calibration_file(tmp_path):
     assert "our rule delta = 2 (accuracy kept minus retrieved: 100.0 points)" in table
     assert "the paper's 5.3 condition (kept questions under 80% wrong) delta = 8." in table
     assert "| 2 | 70.0 | 100.0 | 0.0 | 3 |" in table and "| 9 | 0.0 | 30.0 | - | 10 |" in table
+
+
+def test_baseline_plan_script_parses_and_names_only_known_runs():
+    import re
+    import subprocess
+    script = Path(run_all.__file__).with_name("baseline_plan.sh")
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    named = [n.strip('"') for m in re.finditer(r"--runs ((?:[^\s\\-][^\s\\]*\s+)+)", text) for n in m[1].split()]
+    known = {*run_all.runs(argparse.Namespace(runs=["all"], deltas=[], taus=[])), *run_all.SIGNAL_RUNS}
+    assert named and all(n in known or n.startswith("seakr-delta$") for n in named), named
+    assert {"cot", "ircot", "seakr-no-sa-retrieval", "ctrla-monitor-only", "rowen-hybrid-always"} <= set(named)
