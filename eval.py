@@ -371,15 +371,13 @@ def auroc(scores, wrong):
     return (rank_sum - n_wrong * (n_wrong + 1) / 2) / (n_wrong * n_right)
 
 
-def bootstrap_interval(scores, wrong, resamples=1000, level=0.95, seed=0):
-    """The percentile bootstrap interval of auroc: questions drawn with replacement `resamples`
-    times (a draw with only right or only wrong answers has no AUROC and is left out); None when
-    no draw has both."""
+def percentile_bootstrap(n, statistic, resamples=1000, level=0.95, seed=0):
+    """The percentile bootstrap interval of statistic(indices): n questions drawn with replacement
+    `resamples` times; a draw whose statistic is None is left out; None when no draw gives a value."""
     import random
-    rng, n, values = random.Random(seed), len(scores), []
+    rng, values = random.Random(seed), []
     for _ in range(resamples):
-        pick = [rng.randrange(n) for _ in range(n)]
-        value = auroc([scores[i] for i in pick], [wrong[i] for i in pick])
+        value = statistic([rng.randrange(n) for _ in range(n)])
         if value is not None:
             values.append(value)
     if not values:
@@ -387,6 +385,38 @@ def bootstrap_interval(scores, wrong, resamples=1000, level=0.95, seed=0):
     values.sort()
     tail = (1 - level) / 2
     return values[int(tail * (len(values) - 1))], values[math.ceil((1 - tail) * (len(values) - 1))]
+
+
+def bootstrap_interval(scores, wrong, resamples=1000, level=0.95, seed=0):
+    """The percentile bootstrap interval of auroc (a draw with only right or only wrong answers has
+    no AUROC and is left out); None when no draw has both."""
+    return percentile_bootstrap(len(scores), lambda pick: auroc([scores[i] for i in pick], [wrong[i] for i in pick]),
+                                resamples, level, seed)
+
+
+def main_metric(row):
+    """(name, value) of the score a row is compared by: F1 for short answers, accuracy for StrategyQA,
+    closer_to_correct for TruthfulQA."""
+    scores = score_record(row)
+    name = next(k for k in ("f1", "acc", "closer_to_correct") if k in scores)
+    return name, scores[name]
+
+
+def paired_difference(rows, baseline, resamples=1000, level=0.95, seed=0):
+    """A run against its baseline on the questions both answered (matched by id; failed rows left out):
+    the mean of the per-question difference of main_metric, with the percentile bootstrap interval of
+    that mean (questions resampled together, so the pairing is kept). None when no question is shared."""
+    ok = lambda r: "error" not in r and "id" in r
+    base = {str(r["id"]): r for r in baseline if ok(r)}
+    pairs = [(r, base[str(r["id"])]) for r in rows if ok(r) and str(r["id"]) in base]
+    if not pairs:
+        return None
+    name = main_metric(pairs[0][0])[0]
+    diffs = [main_metric(a)[1] - main_metric(b)[1] for a, b in pairs]
+    mean = lambda pick: sum(diffs[i] for i in pick) / len(pick)
+    lo, hi = percentile_bootstrap(len(diffs), mean, resamples, level, seed)
+    return {"metric": name, "n": len(diffs), "difference": round(mean(range(len(diffs))), 4),
+            "interval": [round(lo, 4), round(hi, 4)]}
 
 
 def is_right(row, prediction=None):

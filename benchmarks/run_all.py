@@ -20,7 +20,8 @@ whose inputs all equal one an earlier run made is served from it, so a threshold
 computes only the calls that differ from the runs already made, and each file is the one a run without
 the cache writes. --no-cache turns it off.
 Writes OUT/table.md (EM, F1, acc, retrieval rate, retrievals, model calls and seconds per question;
-then, for every file in OUT that holds a method's own score beside its unaided answers, that
+then each run against its method's no-retrieval run (CoT, CtrlA never, Rowen never), question by question,
+with a bootstrap interval: eval.paired_difference; then, for every file in OUT that holds a method's own score beside its unaided answers, that
 signal's AUROC against wrong answers: eval.signals; and from a seakr-calibrate file, SeaKR's threshold
 by the paper's 5.3 rule and ours: seakr.threshold_table), OUT/figures.json and, if matplotlib is installed (an optional dependency of this command only),
 OUT/f1_vs_retrieval.png: F1 against retrieval rate, one line per method through its thresholds.
@@ -122,8 +123,8 @@ LEGACY = {"seakr-never": ("SeaKR", "SeaKR --retrieve never (old code: two chains
           "seakr-always": ("SeaKR", "SeaKR --retrieve always (old code: the - S.A. Retrieval ablation; not IRCoT)")}
 
 
-def table_rows(a) -> list[tuple[str, str, str, dict]]:
-    """(name, method, label, summary) for every run file present, the Rowen rows re-read."""
+def table_rows(a) -> list[tuple[str, str, str, dict, list]]:
+    """(name, method, label, summary, rows) for every run file present, the Rowen rows re-read."""
     import rowen  # here, not at the top: it imports torch through common
     out = []
     named = {**runs(a), **SIGNAL_RUNS, **{n: (None, None, m, label) for n, (m, label) in LEGACY.items()}}
@@ -133,16 +134,44 @@ def table_rows(a) -> list[tuple[str, str, str, dict]]:
             continue
         rows = metrics.read_rows(path)
         if name != HYBRID:
-            out.append((name, method, label, metrics.summarize(rows)))
+            out.append((name, method, label, rows))
             continue
         modes = rowen.modes_from_run(rows)
         out += [(f"rowen-{m}", method, f"Rowen-{m.upper() if m != 'hybrid' else 'Hybrid'} (threshold "
-                 f"{rowen.default_threshold(m):g})", metrics.summarize(modes[m])) for m in ("hybrid", "cl", "cm")]
+                 f"{rowen.default_threshold(m):g})", modes[m]) for m in ("hybrid", "cl", "cm")]
         out += [(f"rowen-hybrid-t{t:g}", method, f"Rowen-Hybrid, threshold {t:g}",
-                 metrics.summarize(rowen.at_threshold(rows, "hybrid", t))) for t in a.zs]
-        out += [("rowen-never", method, "Rowen, never retrieve", metrics.summarize(modes["never"])),
-                (name, method, label, metrics.summarize(rows))]
+                 rowen.at_threshold(rows, "hybrid", t)) for t in a.zs]
+        out += [("rowen-never", method, "Rowen, never retrieve", modes["never"]), (name, method, label, rows)]
+    return [(name, method, label, metrics.summarize(rows), rows) for name, method, label, rows in out]
+
+
+# Each run against the run of its method that never retrieves (CoT is SeaKR's: the paper's own comparison)
+BASELINE_OF = {"SeaKR": "cot", "CtrlA": "ctrla-never", "Rowen": "rowen-never"}
+
+
+def paired_rows(rows) -> list[tuple[str, str, dict]]:
+    """(label, baseline label, eval.paired_difference) for each run whose method's no-retrieval run is present."""
+    by_name = {name: (label, run_rows) for name, _, label, _, run_rows in rows}
+    out = []
+    for name, method, label, _, run_rows in rows:
+        base = BASELINE_OF.get(method)
+        if base in by_name and name != base and name not in SIGNAL_RUNS and name not in LEGACY:
+            found = metrics.paired_difference(run_rows, by_name[base][1])
+            if found:
+                out.append((label, by_name[base][0], found))
     return out
+
+
+def paired_text(pairs) -> str:
+    """The paired differences in markdown."""
+    lines = ["Each run against its method's no-retrieval run on the questions both answered: the mean "
+             "per-question difference in F1 (StrategyQA: accuracy; TruthfulQA: closer to a correct answer), "
+             "in points, with a 95% percentile bootstrap interval (questions resampled, 1000 draws; "
+             "`eval.paired_difference`). An interval that holds 0 is no verdict.", "",
+             "| run | against | n | metric | difference | 95% interval |", "|---|---|---:|---|---:|---:|"]
+    lines += [f"| {label} | {base} | {d['n']} | {d['metric']} | {100 * d['difference']:+.1f} | "
+              f"{100 * d['interval'][0]:+.1f} to {100 * d['interval'][1]:+.1f} |" for label, base, d in pairs]
+    return "\n".join(lines)
 
 
 def calibration(out: Path) -> dict | None:
@@ -190,7 +219,7 @@ def plot(rows, path: Path, title: str) -> bool:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for method, color in (("SeaKR", "tab:blue"), ("CtrlA", "tab:orange"), ("Rowen", "tab:green")):
         pts = sorted((100 * s["retrieval_rate"], 100 * s.get("f1", 0), name)
-                     for name, m, _, s in rows if m == method and name not in ("rowen-cl", "rowen-cm"))
+                     for name, m, _, s, _ in rows if m == method and name not in ("rowen-cl", "rowen-cm"))
         if not pts:
             continue
         ax.plot([p[0] for p in pts], [p[1] for p in pts], "-o", color=color, label=method, alpha=0.8)
@@ -262,9 +291,12 @@ def main(argv=None):
         raise SystemExit(f"error: {e}")
     if not rows:
         raise SystemExit(f"error: no run files in {a.out}")
-    table = metrics.format_table([(label, s) for _, _, label, s in rows], markdown=True, first="run")
-    total = sum(s["sec_per_q"] * s["n"] for name, _, _, s in rows if name in runs(a) or name in SIGNAL_RUNS)
-    figures = {name: s for name, _, _, s in rows}
+    table = metrics.format_table([(label, s) for _, _, label, s, _ in rows], markdown=True, first="run")
+    total = sum(s["sec_per_q"] * s["n"] for name, _, _, s, _ in rows if name in runs(a) or name in SIGNAL_RUNS)
+    figures = {name: s for name, _, _, s, _ in rows}
+    if pairs := paired_rows(rows):
+        table += "\n\n" + paired_text(pairs)
+        figures["paired"] = [{"run": label, "against": base, **d} for label, base, d in pairs]
     signals = [(path.stem, found) for path in sorted(a.out.glob("*.jsonl"))
                if (found := metrics.signals(metrics.read_rows(path)))]
     if signals:   # the files that hold a method's own score beside its unaided answers

@@ -371,3 +371,24 @@ def test_signals_read_the_older_calibration_file_and_say_why_an_auroc_is_missing
     all_wrong = [{"id": q, "score": u, "answer": "x", "right": False} for q, u in [("a", 1.0), ("b", 2.0)]]
     table = ev.signals_table([("f", ev.signals(all_wrong, resamples=5))])
     assert "- (every answer wrong)" in table
+
+
+def test_paired_difference_by_hand():
+    run = [{"id": 1, "answers": ["Paris"], "prediction": "Paris"}, {"id": 2, "answers": ["Rome"], "prediction": "Oslo"},
+           {"id": 3, "answers": ["Nice"], "prediction": "Lyon"}, {"id": 4, "answers": ["x"], "prediction": "x"},
+           {"id": 5, "answers": ["y"], "error": "too long"}]
+    base = [{"id": 1, "answers": ["Paris"], "prediction": "Lyon"}, {"id": 2, "answers": ["Rome"], "prediction": "Oslo"},
+            {"id": 3, "answers": ["Nice"], "prediction": "Nice"}, {"id": 5, "answers": ["y"], "prediction": "y"}]
+    # shared and answered: 1, 2, 3 (4 only in the run, 5 failed in it): F1 differences 1, 0, -1 -> mean 0
+    got = ev.paired_difference(run, base, resamples=300)
+    assert (got["metric"], got["n"], got["difference"]) == ("f1", 3, 0.0)
+    lo, hi = got["interval"]
+    assert -1 <= lo < 0 < hi <= 1 and ev.paired_difference(run, base, resamples=300) == got   # repeatable
+    # every question better by one: the interval is the point itself
+    assert ev.paired_difference(run[:1], base[:1], resamples=50)["interval"] == [1.0, 1.0]
+    # StrategyQA compares accuracy; no shared question: None
+    yes = [{"id": "s", "label": True, "prediction": "yes"}]
+    no = [{"id": "s", "label": True, "prediction": "no"}]
+    assert ev.paired_difference(yes, no, resamples=20) == {"metric": "acc", "n": 1, "difference": 1.0,
+                                                           "interval": [1.0, 1.0]}
+    assert ev.paired_difference(yes, [{"id": "t", "label": True, "prediction": "no"}]) is None

@@ -73,6 +73,13 @@ def test_table_from_run_files(tmp_path, capsys):
     assert sig["method"] == "Rowen" and sig["signals"]["-Z_hybrid"]["auroc"] == 0.0
     assert set(figures["signals"]) == {"rowen-hybrid-always"}   # the other files hold no score
     assert "| rowen-hybrid-always | Rowen | -Z_hybrid | 2 | 1 | 0.000 |" in table
+    # each run against its method's no-retrieval run, question by question: Rowen-Hybrid at 0.5 keeps the
+    # wrong r0 on q1 (F1 0 - 0) and repairs the right one on q2 into Rome (0 - 1): -0.5; always: +1 and -1
+    paired = {d["run"]: d for d in figures["paired"]}
+    assert paired["Rowen-Hybrid (threshold 0.5)"]["difference"] == -0.5
+    assert paired["Rowen, always retrieve"]["difference"] == 0.0 and paired["Rowen, always retrieve"]["n"] == 2
+    assert {d["against"] for d in paired.values()} == {"Rowen, never retrieve"}   # no CoT file: SeaKR unpaired
+    assert "| Rowen-Hybrid (threshold 0.5) | Rowen, never retrieve | 2 | f1 | -50.0 |" in table
 
 
 def test_no_run_files_is_a_clear_error(tmp_path):
