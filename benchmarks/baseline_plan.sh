@@ -4,7 +4,7 @@
 # goes on where it stopped (a finished run is skipped before its model loads).
 #
 #   git worktree add --detach ../wt-runs 062262b     # once; copy results/*-qwen2.5-coder-1.5b/ into it
-#   cd ../wt-runs && bash ../main/benchmarks/baseline_plan.sh
+#   source .venv/bin/activate && cd ../wt-runs && bash ../main/benchmarks/baseline_plan.sh
 #
 # SeaKR's delta D comes from item 1's file: the paper's 5.3 condition where it is met, else our rule
 # (seakr.threshold_table, as for SmolLM2); D2, the second SeaKR run, is the median eigen score (about half
@@ -18,6 +18,8 @@ CACHE=${CACHE:-/work/call-cache}
 K=(--dtype float32 --linear onednn --cache "$CACHE")
 H=$R/hotpotqa/hotpot_dev_distractor_v1_100.json
 [ -f seakr.py ] && [ -d "$R" ] || { echo "error: run from the pinned worktree, with $R beside it" >&2; exit 1; }
+python -c "import torch, transformers" 2>/dev/null \
+    || { echo "error: no torch here: activate the project's environment first (source ../main/.venv/bin/activate)" >&2; exit 1; }
 
 # 1. SeaKR's signal and threshold: direct answers with U on NQ-open dev 0-199
 python seakr.py --calibrate --model $M --data $R/nq/NQ-open.dev.jsonl --limit 200 "${K[@]}" \
