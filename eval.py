@@ -337,8 +337,9 @@ def main(argv=None):
 # retrieval:
 # - `seakr.py --calibrate`: the eigen score U of each direct answer and the simpler estimators the
 #   paper ablates (5.1): perplexity, multi-perplexity, LN-entropy (seakr.uncertainty_baselines),
-#   and the length of the unaided generation in words, the baseline that "The Illusion of Progress:
-#   Re-evaluating Hallucination Detection in LLMs" (2025) found hard to beat (longer = less sure);
+#   and, for every method, the length of the unaided generation in words (SeaKR's direct answer,
+#   CtrlA's closed-book answer, Rowen's chain of thought for r0), the baseline that "The Illusion of
+#   Progress: Re-evaluating Hallucination Detection in LLMs" (2025) found hard to beat (longer = less sure);
 # - `ctrla.py --monitor-only`: the confidence monitor over the closed-book answer: its trigger (the
 #   method's own decision, 0 or 1) and the lowest token score minus tau over the answer;
 # - `rowen.py --mode hybrid` (any retrieval setting): Z_CL, Z_CM and the hybrid Z of the initial
@@ -348,7 +349,12 @@ def main(argv=None):
 # every right one), with a percentile bootstrap interval that resamples the questions.
 
 TRIGGER = "monitor trigger"   # CtrlA's 0/1 decision among the signals
-LENGTH = "generation length (words)"   # a baseline beside SeaKR's estimators
+LENGTH = "generation length (words)"   # a baseline beside each method's own score
+
+
+def words(text) -> int:
+    """Length of an unaided generation in words (None as empty)."""
+    return len(str(text or "").split())
 
 
 def auroc(scores, wrong):
@@ -447,20 +453,22 @@ def signal_scores(rows):
         if all(r["trace"].get("mode") == "hybrid" and r["trace"].get("z") is not None for r in rows):
             scores["-Z_hybrid"] = [-r["trace"]["z"] for r in rows]
         initial = [r["trace"].get("initial_prediction", r["trace"].get("initial_answer", "")) for r in rows]
+        scores[LENGTH] = [words(r["trace"].get("initial_long_answer") or p) for r, p in zip(rows, initial)]
         return "Rowen", scores, [not is_right(r, p) for r, p in zip(rows, initial)]
     if "direct" in first and "score" in first:
         names = {"eigen score U": "score", "perplexity": "perplexity",
                  "multi-perplexity": "multi_perplexity", "LN-entropy": "ln_entropy"}
         scores = {label: [r["trace"].get(key) for r in rows] for label, key in names.items()
                   if any(r["trace"].get(key) is not None for r in rows)}
-        scores[LENGTH] = [len(str(r["trace"].get("direct") or "").split()) for r in rows]
+        scores[LENGTH] = [words(r["trace"].get("direct")) for r in rows]
         return "SeaKR", scores, [not is_right(r) for r in rows]
     segments = [r["trace"].get("segments") for r in rows]
     if (any(segments) and all(segs is not None and all("scores" in g for g in segs) for segs in segments)
             and not any(r.get("retrievals") for r in rows)):
         return ("CtrlA", {TRIGGER: [float(any(g["trigger"] for g in segs)) for segs in segments],
                           "-(lowest score - tau)": [-min((x for g in segs for x in g["scores"]), default=0.0)
-                                                   for segs in segments]},
+                                                   for segs in segments],
+                          LENGTH: [words(r.get("prediction")) for r in rows]},
                 [not is_right(r) for r in rows])
     return None
 

@@ -309,6 +309,8 @@ def test_signals_of_a_ctrla_monitor_only_file():
     assert (got["monitor trigger"]["flags_wrong"], got["monitor trigger"]["flags_right"]) == (1.0, 0.5)
     # lowest score - tau, negated: wrong {0.4, 0.1} vs right {-0.2, 0.2}: 1, 1, 1, 0 -> 0.75
     assert got["-(lowest score - tau)"]["auroc"] == 0.75 and "flags_wrong" not in got["-(lowest score - tau)"]
+    # the closed-book answer's length: wrong {2 (Lyon. Nice.), 1} vs right {1, 3}: 1, 0, 0.5, 0 -> 0.375
+    assert got[ev.LENGTH]["auroc"] == 0.375
     # a run that retrieved answers with passages: not a closed-book signal
     assert ev.signals(rows[:3] + [ctrla_row("d", "Paris", [("Paris", "confidence", [-1.0])], retrievals=1)]) is None
     # a never-retrieve run has no scores
@@ -328,7 +330,13 @@ def test_signals_of_a_rowen_run_agree_with_detection_quality():
     assert got["-Z_CL"]["auroc"] == 0.875
     # a --mode cl run has one Z: no hybrid signal is made up from a Z_CM it does not hold
     cl_only = [{**r, "trace": {**r["trace"], "mode": "cl", "z_cm": None, "z": r["trace"]["z_cl"]}} for r in rows]
-    assert list(ev.signals(cl_only, resamples=10)["signals"]) == ["-Z_CL"]
+    assert list(ev.signals(cl_only, resamples=10)["signals"]) == ["-Z_CL", ev.LENGTH]
+    # length of r0 (no chain of thought in these rows: the answer itself): wrong {1 (Lyon), 1 (Nice)} vs
+    # right {1 (Paris), 3}: 0.5, 0, 0.5, 0 -> 0.25; a chain of thought, where the trace has one, is what counts
+    assert got[ev.LENGTH]["auroc"] == 0.25
+    long = [{**r, "trace": {**r["trace"], "initial_long_answer": "a b c d e" if r["id"] in ("Lyon", "Nice") else "a"}}
+            for r in rows]
+    assert ev.signals(long, resamples=10)["signals"][ev.LENGTH]["auroc"] == 1.0
 
 
 def test_signals_of_strategyqa_read_the_runs_own_initial_label():
