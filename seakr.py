@@ -807,12 +807,17 @@ def calibrate(model, tok, args, records: list[dict], s: Settings) -> dict:
     return print_calibration(summary["output"], records)
 
 
+def calibration_pairs(rows: list[dict], ids=None) -> list[tuple[float, bool]]:
+    """(eigen score, answered right) of each calibration row with a finite score (of `ids` if given):
+    what threshold_table reads; right = a gold answer contained in the direct answer."""
+    return [(r["trace"]["score"], bool(metrics.accuracy(r["prediction"], r["answers"]))) for r in rows
+            if (ids is None or r["id"] in ids) and "error" not in r and isinstance(r.get("trace"), dict)
+            and r["trace"].get("score") is not None]
+
+
 def print_calibration(output, records: list[dict]) -> dict:
     """threshold_table over the questions of `records` in a calibration file, printed."""
-    ids = {r["id"] for r in records}
-    rows = [(r["trace"]["score"], bool(metrics.accuracy(r["prediction"], r["answers"])))
-            for r in metrics.read_rows(output)
-            if r["id"] in ids and "error" not in r and r["trace"].get("score") is not None]
+    rows = calibration_pairs(metrics.read_rows(output), {r["id"] for r in records})
     if not rows:
         raise common.InputError("no question gave a finite score; nothing to calibrate")
     t = threshold_table(rows)

@@ -25,15 +25,11 @@ python -c "import torch, transformers" 2>/dev/null \
 python seakr.py --calibrate --model $M --data $R/nq/NQ-open.dev.jsonl --limit 200 "${K[@]}" \
     --output results/nq200-$M/seakr-calibrate.jsonl
 
-read -r D D2 < <(python - "results/nq200-$M/seakr-calibrate.jsonl" <<'PY'
-import json, sys
-import eval as metrics, seakr
-rows = [r for r in map(json.loads, open(sys.argv[1])) if "error" not in r and r["trace"].get("score") is not None]
-t = seakr.threshold_table([(r["trace"]["score"], bool(metrics.accuracy(r["prediction"], r["answers"]))) for r in rows])
-d = t["paper"] if t["paper"] is not None else t["gap"]
-print(f"{d:g} {round(t['median'], 2):g}")
-PY
-)
+# the table builder of this checkout (the pinned one predates it) writes the calibration into figures.json
+python "$(dirname "$0")/run_all.py" --out results/nq200-$M --table-only > /dev/null
+deltas=$(python -c 'import json, sys; t = json.load(open(sys.argv[1]))["calibration"]
+print("%g %g" % (t["gap"] if t["paper"] is None else t["paper"], round(t["median"], 2)))' results/nq200-$M/figures.json)
+read -r D D2 <<< "$deltas"
 echo "SeaKR delta: $D (second run: $D2)"
 
 # 2. HotpotQA, first 50 dev questions, BM25 over their own contexts: SeaKR at D, CoT, IRCoT, the

@@ -181,9 +181,7 @@ def calibration(out: Path) -> dict | None:
     path = out / "seakr-calibrate.jsonl"
     if not path.exists():
         return None
-    pairs = [(r["trace"]["score"], bool(metrics.accuracy(r["prediction"], r["answers"])))
-             for r in metrics.read_rows(path)
-             if "error" not in r and isinstance(r.get("trace"), dict) and r["trace"].get("score") is not None]
+    pairs = seakr.calibration_pairs(metrics.read_rows(path))
     return seakr.threshold_table(pairs) if pairs else None
 
 
