@@ -38,11 +38,15 @@ python benchmarks/run_all.py --data "$H" --limit 50 --model $M --out results/hot
     --deltas "$D" "$D2" --taus --runs "seakr-delta$D" cot ircot seakr-no-sa-retrieval "seakr-delta$D2" \
     --cache "$CACHE" -- --dtype float32 --linear onednn
 
-# 3. CtrlA on the same 50 (tau calibrated from the features), then its monitor on PopQA's first 100
+# 3. CtrlA on the same 50 (tau calibrated from the features), then its monitor on PopQA's first 100.
+#    The features (a direction, mean and sign per layer) go to a file in results/, committed with the runs:
+#    every CtrlA row reads the same ones, and a new machine skips the half hour that computes them
+F=results/ctrla-features-$M.pt
 python benchmarks/run_all.py --data "$H" --limit 50 --model $M --out results/hotpotqa50-$M \
-    --runs ctrla ctrla-never ctrla-always --cache "$CACHE" -- --dtype float32 --linear onednn
+    --runs ctrla ctrla-never ctrla-always --cache "$CACHE" -- --dtype float32 --linear onednn --directions $F
 python benchmarks/run_all.py --data $R/ctrla/popqa_longtail.jsonl --limit 100 --model $M \
-    --out results/popqa100-$M --runs ctrla-monitor-only --cache "$CACHE" -- --dtype float32 --linear onednn
+    --out results/popqa100-$M --runs ctrla-monitor-only --cache "$CACHE" -- --dtype float32 --linear onednn \
+    --directions $F
 
 # 4. Rowen: which verifier gives Z_CM a signal, on TruthfulQA's first 10
 for V in smollm2-135m qwen2.5-coder-0.5b gemma3-270m; do
