@@ -65,6 +65,16 @@ def test_smollm2_threshold_is_our_rule_on_the_shipped_calibration_file():
     assert seakr.THRESHOLDS["smollm2-135m"] == t["gap"] == 3.69            # was 3.01
 
 
+def test_qwen_coder_threshold_is_the_papers_condition_on_the_shipped_calibration_file():
+    path = common.DATA_DIR.parent / "results" / "nq200-qwen2.5-coder-1.5b" / "seakr-calibrate.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    t = seakr.threshold_table(seakr.calibration_pairs(rows))
+    # 30 kept at 0.41, 7 of them right: 76.7% wrong, under the paper's 80%; the next candidate, 0.58,
+    # keeps 40 with 7 right (82.5% wrong)
+    assert (t["n"], t["n_right"], t["paper"], t["gap"]) == (200, 22, 0.41, 0.13)
+    assert seakr.THRESHOLDS["qwen2.5-coder-1.5b"] == t["paper"]              # was 1.25 (100 questions)
+
+
 def test_rerank_argmin_empty_last_and_ties_to_bm25_order():
     assert seakr.pick_candidate([-5.0, -6.5, -6.0], ["a", "b", "c"]) == 1
     assert seakr.pick_candidate([-5.0, -9.0], ["a", ""]) == 0
