@@ -7,9 +7,12 @@
 #   source .venv/bin/activate && cd ../wt-runs && bash ../main/benchmarks/baseline_plan.sh
 #
 # SeaKR's delta D comes from item 1's file: the paper's 5.3 condition where it is met, else our rule
-# (seakr.threshold_table, as for SmolLM2); D2, the second SeaKR run, is the median eigen score (about half
-# the questions retrieve). Item 4 stops after the three verifier runs: choose M_V from their Z_CM
-# signals (`python eval.py signals results/verifier10-$M/*.jsonl`), then run the rest with VERIFIER set.
+# (seakr.threshold_table, as for SmolLM2). D2, the second SeaKR run, comes from the first run's own
+# eigen scores (no answer read): a HotpotQA reasoning step scores lower than an NQ direct answer, so an
+# NQ quantile says little about how often a HotpotQA step retrieves; D2 keeps half as many questions from
+# retrieving at their first step as D does, a point between D and retrieving at every step. Item 4 stops
+# after the three verifier runs: choose M_V from their Z_CM signals (`python eval.py signals
+# results/verifier10-$M/*.jsonl`), then run the rest with VERIFIER set.
 set -euo pipefail
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 M=qwen2.5-coder-1.5b
@@ -27,16 +30,27 @@ python seakr.py --calibrate --model $M --data $R/nq/NQ-open.dev.jsonl --limit 20
 
 # the table builder of this checkout (the pinned one predates it) writes the calibration into figures.json
 python "$(dirname "$0")/run_all.py" --out results/nq200-$M --table-only > /dev/null
-deltas=$(python -c 'import json, sys; t = json.load(open(sys.argv[1]))["calibration"]
-print("%g %g" % (t["gap"] if t["paper"] is None else t["paper"], round(t["median"], 2)))' results/nq200-$M/figures.json)
-read -r D D2 <<< "$deltas"
-echo "SeaKR delta: $D (second run: $D2)"
+D=$(python -c 'import json, sys; t = json.load(open(sys.argv[1]))["calibration"]
+print("%g" % (t["gap"] if t["paper"] is None else t["paper"]))' results/nq200-$M/figures.json)
+echo "SeaKR delta: $D"
 
 # 2. HotpotQA, first 50 dev questions, BM25 over their own contexts: SeaKR at D, CoT, IRCoT, the
-#    "- S.A. Retrieval" ablation and D2 (the pinned run_all asks for --taus beside --deltas: none here)
+#    "- S.A. Retrieval" ablation, then SeaKR at D2 (the pinned run_all asks for --taus beside --deltas)
 python benchmarks/run_all.py --data "$H" --limit 50 --model $M --out results/hotpotqa50-$M \
-    --deltas "$D" "$D2" --taus --runs "seakr-delta$D" cot ircot seakr-no-sa-retrieval "seakr-delta$D2" \
+    --deltas "$D" --taus --runs "seakr-delta$D" cot ircot seakr-no-sa-retrieval \
     --cache "$CACHE" -- --dtype float32 --linear onednn
+D2=$(python - results/hotpotqa50-$M/seakr-delta$D.jsonl "$D" <<'PY'
+import sys
+import eval
+first = sorted(r["trace"]["steps"][0]["score"] for r in eval.read_rows(sys.argv[1])
+               if r.get("trace", {}).get("steps") and r["trace"]["steps"][0]["score"] is not None)
+kept = sum(s <= float(sys.argv[2]) for s in first)     # first steps that D does not send to retrieval
+print("%g" % round(first[max(0, kept // 2 - 1)], 2))   # D2 keeps the lowest half of those
+PY
+)
+echo "SeaKR second delta: $D2"
+python benchmarks/run_all.py --data "$H" --limit 50 --model $M --out results/hotpotqa50-$M \
+    --deltas "$D2" --taus --runs "seakr-delta$D2" --cache "$CACHE" -- --dtype float32 --linear onednn
 
 # 3. CtrlA on the same 50 (tau calibrated from the features), then its monitor on PopQA's first 100.
 #    The features (a direction, mean and sign per layer) go to a file in results/, committed with the runs:
