@@ -59,7 +59,7 @@ def test_threshold_table_hand_computed():
 
 def test_smollm2_threshold_is_our_rule_on_the_shipped_calibration_file():
     path = common.DATA_DIR.parent / "results" / "nq200" / "seakr-calibrate.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    rows = seakr.metrics.read_rows(path)
     t = seakr.threshold_table([(r["score"], r["right"]) for r in rows])
     assert (t["n"], t["n_right"], t["paper"]) == (200, 6, None)
     assert seakr.THRESHOLDS["smollm2-135m"] == t["gap"] == 3.69            # was 3.01
@@ -67,7 +67,7 @@ def test_smollm2_threshold_is_our_rule_on_the_shipped_calibration_file():
 
 def test_qwen_coder_threshold_is_the_papers_condition_on_the_shipped_calibration_file():
     path = common.DATA_DIR.parent / "results" / "nq200-qwen2.5-coder-1.5b" / "seakr-calibrate.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    rows = seakr.metrics.read_rows(path)
     t = seakr.threshold_table(seakr.calibration_pairs(rows))
     # 30 kept at 0.41, 7 of them right: 76.7% wrong, under the paper's 80%; the next candidate, 0.58,
     # keeps 40 with 7 right (82.5% wrong)
