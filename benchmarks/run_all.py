@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -93,10 +94,19 @@ def done(name: str, a) -> bool:
     return a.limit is not None and path.exists() and len(metrics.read_rows(path)) >= a.limit
 
 
+# exit statuses of a run stopped by SIGINT or SIGTERM (Python's own 130 after KeyboardInterrupt, a shell's
+# 128 + N, Popen's -N for a process killed by the signal itself)
+INTERRUPTED = {130, 143, -signal.SIGINT, -signal.SIGTERM}
+
+
 def run_all(names: list[str], a) -> None:
-    """The runs not yet complete, `a.jobs` at a time (each a fresh process, its log in OUT/NAME.log)."""
+    """The runs not yet complete, `a.jobs` at a time (each a fresh process, its log in OUT/NAME.log).
+    A run that fails goes in the summary and the next one starts; a run stopped by a signal (someone
+    stopping the sweep) stops it all: the others are stopped too and none starts (each resumes where its
+    file ends on the next call)."""
     todo = [n for n in names if not done(n, a)]
     running: list[tuple] = []      # (name, process, start time, log file)
+    stopped = None
     while todo or running:
         while todo and len(running) < a.jobs:
             name = todo.pop(0)
@@ -115,6 +125,14 @@ def run_all(names: list[str], a) -> None:
                         .splitlines() if line.startswith("call cache ")]     # common.run's last word on it
                 print(f"{name}: {status} in {time.time() - start:.0f} s" + (f" ({said[-1]})" if said else ""),
                       flush=True)
+                if proc.returncode in INTERRUPTED and stopped is None:
+                    stopped = name
+                    todo.clear()
+                    for _, other, _, _ in running:
+                        other.send_signal(signal.SIGINT)
+    if stopped is not None:
+        raise SystemExit(f"stopped: {stopped} was interrupted, so no further run started; "
+                         "the same command resumes every run where its file ends")
 
 
 # Run files made before the baselines got the papers' names (results/hotpotqa50, results/2wikimultihopqa50):

@@ -129,3 +129,28 @@ def test_baseline_plan_script_parses_and_names_only_known_runs():
     known = {*run_all.runs(argparse.Namespace(runs=["all"], deltas=[], taus=[])), *run_all.SIGNAL_RUNS}
     assert named and all(n in known or n.startswith("seakr-delta$") for n in named), named
     assert {"cot", "ircot", "seakr-no-sa-retrieval", "ctrla-monitor-only", "rowen-hybrid-always"} <= set(named)
+
+
+def _sweep(tmp_path, monkeypatch, first_code):
+    """Two runs through run_all.run_all: the first runs `first_code`, the second leaves a file behind."""
+    marker = tmp_path / "second-ran"
+    codes = {"one": first_code, "two": f"open({str(marker)!r}, 'w').close()"}
+    monkeypatch.setattr(run_all, "command", lambda name, a: [sys.executable, "-c", codes[name]])
+    a = argparse.Namespace(out=tmp_path, jobs=1, limit=None)
+    return a, marker
+
+
+def test_a_failed_run_lets_the_next_start(tmp_path, monkeypatch):
+    a, marker = _sweep(tmp_path, monkeypatch, "raise SystemExit(1)")
+    run_all.run_all(["one", "two"], a)
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("code", ["raise KeyboardInterrupt",           # Ctrl-C: killed by SIGINT, exit -2
+                                  "raise SystemExit(130)",             # a shell's 128 + SIGINT
+                                  "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"])
+def test_an_interrupted_run_stops_the_sweep(tmp_path, monkeypatch, code):
+    a, marker = _sweep(tmp_path, monkeypatch, code)
+    with pytest.raises(SystemExit, match="one was interrupted"):
+        run_all.run_all(["one", "two"], a)
+    assert not marker.exists()
