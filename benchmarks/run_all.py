@@ -99,6 +99,18 @@ def done(name: str, a) -> bool:
 INTERRUPTED = {130, 143, -signal.SIGINT, -signal.SIGTERM}
 
 
+def swept(out: Path, prefix: str, first: list[float]) -> list[float]:
+    """The thresholds of the sweep files OUT/PREFIX<value>.jsonl: those of `first` in its order, then the rest
+    in ascending order."""
+    found = set()
+    for path in out.glob(f"{prefix}*.jsonl"):
+        try:
+            found.add(float(path.stem[len(prefix):]))
+        except ValueError:
+            continue        # another run's file that shares the prefix
+    return [v for v in first if v in found] + sorted(found - set(first))
+
+
 def run_all(names: list[str], a) -> None:
     """The runs not yet complete, `a.jobs` at a time (each a fresh process, its log in OUT/NAME.log).
     A run that fails goes in the summary and the next one starts; a run stopped by a signal (someone
@@ -291,6 +303,8 @@ def main(argv=None):
                          f"around {a.model}'s own thresholds (README: Thresholds)")
     a.deltas = DELTAS if a.deltas is None else a.deltas
     a.taus = TAUS if a.taus is None else a.taus
+    if a.table_only:    # the table reads every sweep file in OUT, whatever thresholds made them
+        a.deltas, a.taus = swept(a.out, "seakr-delta", a.deltas), swept(a.out, "ctrla-tau", a.taus)
     known = {**runs(argparse.Namespace(**{**vars(a), "runs": ["all"]})), **SIGNAL_RUNS}
     if a.runs != ["all"] and set(a.runs) - set(known):
         raise SystemExit(f"error: unknown run {sorted(set(a.runs) - set(known))[0]}; runs: {', '.join(known)}")

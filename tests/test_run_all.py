@@ -154,3 +154,16 @@ def test_an_interrupted_run_stops_the_sweep(tmp_path, monkeypatch, code):
     with pytest.raises(SystemExit, match="one was interrupted"):
         run_all.run_all(["one", "two"], a)
     assert not marker.exists()
+
+
+def test_table_reads_every_sweep_file_present(tmp_path):
+    # a table rebuilt without --deltas/--taus (make results) shows the sweep runs a model's own thresholds
+    # made, not only the SmolLM2 defaults', in the defaults' order first, then ascending
+    for name in ("seakr-delta0.41", "seakr-delta-0.99", "seakr-delta2.5", "ctrla-tau2.962", "cot"):
+        write(tmp_path / f"{name}.jsonl", [qa("1", "Paris", 1)])
+    write(tmp_path / "seakr-deltaX.jsonl", [qa("1", "Paris", 1)])      # not a threshold: left out
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert list(figures)[:5] == ["seakr-delta2.5", "seakr-delta-0.99", "seakr-delta0.41", "cot", "ctrla-tau2.962"]
+    assert "| SeaKR, delta 0.41 | 1 | 100.0 |" in (tmp_path / "table.md").read_text()
+    assert run_all.swept(tmp_path, "seakr-delta", [0.8, 2.5]) == [2.5, -0.99, 0.41]
