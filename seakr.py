@@ -49,7 +49,9 @@ Differs from the official code in:
   it ends at the first sentence end: a period after a title or place abbreviation ("Dr. Who", "St.
   Louis", "Mt. Everest": _ABBREVIATIONS) ends nothing, and one after a capital letter alone ends
   nothing when a capitalised name follows ("Edward L. Cahn", "U.S. Navy"), but does end "World War
-  I. It ended in 1918"; a forced answer is read the same way (official: the whole forced
+  I. It ended in 1918"; a period with a capitalised word right after it ends the answer too (the
+  1.5B Qwen model runs on into a turn of its own: "1860.Human: Given the context, ...", cut by the
+  official code at the period); a forced answer is read the same way (official: the whole forced
   continuation is the answer);
 - a step ends the loop when it names a non-empty answer that the ". " stop did not cut inside a
   name (final_answer: "So the answer is Paris", cut from "Paris. It is ...", is final; "Edward L"
@@ -191,6 +193,9 @@ _ABBREVIATIONS = ("Dr", "Mr", "Mrs", "Ms", "Prof", "Rev", "Gen", "Col", "Lt", "C
                   "St", "Mt", "Ft", "vs")
 # A period followed by a space or the end, not after one of _ABBREVIATIONS; "?" and "!" followed by a space
 _END_MARK = re.compile("".join(rf"(?<!\b{a})" for a in _ABBREVIATIONS) + r"\.(?=\s|$)|[?!](?=\s)")
+# A period with a capitalised word right after it, no space between: a model running on past its answer into
+# a turn of its own ("So the answer is 1860.Human: Given the context, ..."); it ends the answer
+_RUN_ON = re.compile("".join(rf"(?<!\b{a})" for a in _ABBREVIATIONS) + r"\.(?=[A-Z][a-z])")
 # Words that open a sentence rather than continue a name after an initial ("World War I. It ended")
 _SENTENCE_OPENERS = common.STOP_WORDS | {"thus", "therefore", "hence", "however", "also"}
 
@@ -231,7 +236,7 @@ def extract_answer(text: str) -> str | None:
     official check_final_step, which takes "" for no answer)."""
     m = _ANSWER_IS.search(text)
     if m:
-        rest = m.group(1).split("\n")[0]
+        rest = _RUN_ON.split(m.group(1).split("\n")[0], maxsplit=1)[0]
         ends = sentence_ends(rest)
         answer = (rest[:ends[0][0]] if ends else rest).strip().strip("\"'*")
         return answer or None

@@ -100,6 +100,12 @@ def test_choose_answer():
     ("So the answer is St. Louis, Missouri.", "St. Louis, Missouri"),
     ("So the answer is Mt. Everest. It is the highest.", "Mt. Everest"),
     ("So the answer is Paris! Really", "Paris"),
+    # a model that runs on into a turn of its own with no space after the period (Qwen2.5-Coder-1.5B,
+    # HotpotQA 5adf37a95542995ec70e8f97 and 5a85ea095542994775f606a8); a decimal point is no end
+    ("So the answer is 1860.Human: Given the context, what was founded in 1860?", "1860"),
+    ("So the answer is The Hork-Bajir Chronicles.Human: What is the name", "The Hork-Bajir Chronicles"),
+    ("So the answer is 3.5 million.", "3.5 million"),
+    ("So the answer is St.Louis.", "St.Louis"),
     # a capital letter alone before a period: an initial only when a capitalised name follows
     ("So the answer is World War I. It ended in 1918.", "World War I"),   # was "World War I. It ended in 1918"
     ("So the answer is Edward L. Cahn. He died in 1963.", "Edward L. Cahn"),
