@@ -236,12 +236,20 @@ def extract_answer(text: str) -> str | None:
     official check_final_step, which takes "" for no answer)."""
     m = _ANSWER_IS.search(text)
     if m:
-        rest = _RUN_ON.split(m.group(1).split("\n")[0], maxsplit=1)[0]
-        ends = sentence_ends(rest)
-        answer = (rest[:ends[0][0]] if ends else rest).strip().strip("\"'*")
-        return answer or None
+        return cut_answer(m.group(1))
     m = _IS_THE_ANSWER.search(text)
     return (m.group(1).strip() or None) if m else None
+
+
+def cut_answer(rest: str) -> str | None:
+    """The answer that `rest` (the text after "the answer is") starts with: its first line, up to a period
+    with a capitalised word right after it (_RUN_ON) or its first sentence end, without quotes; None if
+    empty. Reading an answer it gave gives it again, so it re-reads the predictions of runs made before the
+    run-on cut (benchmarks/run_all.py)."""
+    rest = _RUN_ON.split(rest.split("\n")[0], maxsplit=1)[0]
+    ends = sentence_ends(rest)
+    answer = (rest[:ends[0][0]] if ends else rest).strip().strip("\"'*")
+    return answer or None
 
 
 def final_answer(step: str, after: str = "") -> str | None:

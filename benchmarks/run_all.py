@@ -153,16 +153,33 @@ LEGACY = {"seakr-never": ("SeaKR", "SeaKR --retrieve never (old code: two chains
           "seakr-always": ("SeaKR", "SeaKR --retrieve always (old code: the - S.A. Retrieval ablation; not IRCoT)")}
 
 
-def table_rows(a) -> list[tuple[str, str, str, dict, list]]:
-    """(name, method, label, summary, rows) for every run file present, the Rowen rows re-read."""
+def reread_seakr(rows: list[dict]) -> tuple[list[dict], int]:
+    """The rows of a seakr.py run with each prediction read again by seakr.cut_answer, and how many changed:
+    runs made before the answer was cut at a period with a capitalised word right after it (1f32c40) hold
+    answers that run on into a turn the model invents ("1860.Human: Given the context, ..."), and older
+    ones answers that run past a sentence end; reading an answer of today's code again gives it unchanged.
+    The run files keep the predictions as run."""
+    import seakr  # here, not at the top: it imports torch through common
+    out = [{**r, "prediction": seakr.cut_answer(r["prediction"]) or ""} if r.get("prediction") else r
+           for r in rows]
+    return out, sum(r.get("prediction") != o.get("prediction") for r, o in zip(rows, out))
+
+
+def table_rows(a, reread: dict | None = None) -> list[tuple[str, str, str, dict, list]]:
+    """(name, method, label, summary, rows) for every run file present, the Rowen rows re-read, the SeaKR
+    answers read again (reread_seakr; `reread` gets how many changed per run)."""
     import rowen  # here, not at the top: it imports torch through common
     out = []
-    named = {**runs(a), **SIGNAL_RUNS, **{n: (None, None, m, label) for n, (m, label) in LEGACY.items()}}
-    for name, (_, _, method, label) in named.items():
+    named = {**runs(a), **SIGNAL_RUNS, **{n: ("seakr.py", None, m, label) for n, (m, label) in LEGACY.items()}}
+    for name, (script, _, method, label) in named.items():
         path = a.out / f"{name}.jsonl"
         if not path.exists():
             continue
         rows = metrics.read_rows(path)
+        if script == "seakr.py" and name not in SIGNAL_RUNS:
+            rows, changed = reread_seakr(rows)
+            if changed and reread is not None:
+                reread[name] = changed
         if name != HYBRID:
             out.append((name, method, label, rows))
             continue
@@ -315,15 +332,26 @@ def main(argv=None):
         start = time.time()
         run_all(list(runs(a)), a)
         print(f"all runs: {time.time() - start:.0f} s wall clock")
+    reread = {}
     try:
-        rows = table_rows(a)
+        rows = table_rows(a, reread)
     except ValueError as e:
         raise SystemExit(f"error: {e}")
     if not rows:
         raise SystemExit(f"error: no run files in {a.out}")
     table = metrics.format_table([(label, s) for _, _, label, s, _ in rows], markdown=True, first="run")
+    if reread:
+        n = {name: s["n"] for name, _, _, s, _ in rows}
+        table += ("\n\nSeaKR's answers (its baselines' too) are read again here as today's code reads them "
+                  "(seakr.cut_answer: up to the first sentence end or a period with a capitalised word right after "
+                  "it, where the model runs on into a turn of its own, \"1860.Human: Given the context, ...\", "
+                  "which code before 1f32c40 kept): "
+                  + ", ".join(f"{name} {k} of {n[name]}" for name, k in reread.items())
+                  + " predictions changed; the run files keep them as run.")
     total = sum(s["sec_per_q"] * s["n"] for name, _, _, s, _ in rows if name in runs(a) or name in SIGNAL_RUNS)
     figures = {name: s for name, _, _, s, _ in rows}
+    if reread:
+        figures["reread"] = reread
     if pairs := paired_rows(rows):
         table += "\n\n" + paired_text(pairs)
         figures["paired"] = [{"run": label, "against": base, **d} for label, base, d in pairs]

@@ -167,3 +167,16 @@ def test_table_reads_every_sweep_file_present(tmp_path):
     assert list(figures)[:5] == ["seakr-delta2.5", "seakr-delta-0.99", "seakr-delta0.41", "cot", "ctrla-tau2.962"]
     assert "| SeaKR, delta 0.41 | 1 | 100.0 |" in (tmp_path / "table.md").read_text()
     assert run_all.swept(tmp_path, "seakr-delta", [0.8, 2.5]) == [2.5, -0.99, 0.41]
+
+
+def test_table_reads_seakr_answers_again(tmp_path):
+    # a run made before the run-on cut: "Paris.Human: ..." is read as "Paris" (EM 1), the run file unchanged
+    write(tmp_path / "ircot.jsonl", [qa("1", "Paris.Human: Given the context, what is", 1), qa("2", "Rome", 1)])
+    write(tmp_path / "cot.jsonl", [qa("1", "Paris", 0), qa("2", "", 0)])
+    write(tmp_path / "ctrla-never.jsonl", [qa("1", "Paris.Human: What", 0)])     # not SeaKR's: as run
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert figures["ircot"]["em"] == 0.5 and figures["reread"] == {"ircot": 1}
+    assert figures["ctrla-never"]["em"] == 0.0
+    assert "ircot 1 of 2 predictions changed; the run files keep them as run." in (tmp_path / "table.md").read_text()
+    assert "Paris.Human" in (tmp_path / "ircot.jsonl").read_text()
