@@ -176,6 +176,8 @@ def table_rows(a, reread: dict | None = None) -> list[tuple[str, str, str, dict,
         if not path.exists():
             continue
         rows = metrics.read_rows(path)
+        if not rows:        # a run that has just started
+            continue
         if script == "seakr.py" and name not in SIGNAL_RUNS:
             rows, changed = reread_seakr(rows)
             if changed and reread is not None:
@@ -248,9 +250,14 @@ def calibration_text(t: dict) -> str:
     return "\n".join(lines)
 
 
+# A method's own runs through its thresholds (the line of the plot): the default run and the sweep's
+SWEEPS = {"SeaKR": ("seakr", "seakr-delta"), "CtrlA": ("ctrla", "ctrla-tau"), "Rowen": ("rowen-hybrid", "rowen-hybrid-t")}
+
+
 def plot(rows, path: Path, title: str) -> bool:
-    """F1 against retrieval rate: per method, a line through its runs in order of retrieval rate (the
-    signal runs, which never retrieve, left out; no plot without another run)."""
+    """F1 against retrieval rate: per method, a line through its threshold runs in order of retrieval rate,
+    and its baselines (CoT, IRCoT, never, always, ...) as squares of the same colour, each named (the signal
+    runs, which never retrieve, left out; no plot without another run)."""
     rows = [r for r in rows if r[0] not in SIGNAL_RUNS]
     if not rows:
         return False
@@ -265,21 +272,30 @@ def plot(rows, path: Path, title: str) -> bool:
     for method, color in (("SeaKR", "tab:blue"), ("CtrlA", "tab:orange"), ("Rowen", "tab:green")):
         pts = sorted((100 * s["retrieval_rate"], 100 * s.get("f1", 0), name)
                      for name, m, _, s, _ in rows if m == method and name not in ("rowen-cl", "rowen-cm"))
-        if not pts:
-            continue
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "-o", color=color, label=method, alpha=0.8)
-        for x, y, name in pts:
-            if name in ("cot", "ircot", "seakr-no-sa-retrieval") or name.endswith(("never", "always")):
-                ax.annotate(name.replace("seakr-", "").replace("ctrla-", "").replace("rowen-", ""), (x, y), textcoords="offset points", xytext=(4, 4),
-                            fontsize=7, color=color)
-        for x, y, name in pts:
-            if name in ("seakr", "ctrla", "rowen-hybrid"):   # the defaults
+        default, prefix = SWEEPS[method]
+        sweep = [p for p in pts if p[2] == default or p[2].startswith(prefix)]
+        others = [p for p in pts if p not in sweep]
+        if sweep:
+            ax.plot([p[0] for p in sweep], [p[1] for p in sweep], "-o", color=color, alpha=0.8,
+                    label=f"{method}, through its thresholds")
+        if others:
+            ax.plot([p[0] for p in others], [p[1] for p in others], "s", color=color, alpha=0.8, linestyle="none",
+                    label=f"{method}'s baselines" if sweep else method)
+        for x, y, name in sweep + others:
+            short = name.replace("seakr-", "").replace("ctrla-", "").replace("rowen-", "")
+            if name in (default, "rowen-hybrid-always") or name not in [p[2] for p in sweep]:
+                ax.annotate(short, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
+            elif name.startswith(prefix):
+                ax.annotate(short.replace("delta", "δ ").replace("tau", "τ ").replace("hybrid-t", "Z "), (x, y),
+                            textcoords="offset points", xytext=(4, -10), fontsize=7, color=color)
+        for x, y, name in sweep:
+            if name == default:   # the run at the method's default threshold
                 ax.plot([x], [y], "*", color=color, markersize=14)
     ax.set_xlabel("retrieval rate (% of questions)")
     ax.set_ylabel("F1 (%)")
     ax.set_title(title + "  (star: default threshold)", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return True

@@ -174,9 +174,12 @@ def test_table_reads_seakr_answers_again(tmp_path):
     write(tmp_path / "ircot.jsonl", [qa("1", "Paris.Human: Given the context, what is", 1), qa("2", "Rome", 1)])
     write(tmp_path / "cot.jsonl", [qa("1", "Paris", 0), qa("2", "", 0)])
     write(tmp_path / "ctrla-never.jsonl", [qa("1", "Paris.Human: What", 0)])     # not SeaKR's: as run
+    write(tmp_path / "seakr-no-sa-retrieval.jsonl", [])                             # just started: no row
     run_all.main(["--out", str(tmp_path), "--table-only"])
     figures = json.loads((tmp_path / "figures.json").read_text())
     assert figures["ircot"]["em"] == 0.5 and figures["reread"] == {"ircot": 1}
     assert figures["ctrla-never"]["em"] == 0.0
-    assert "ircot 1 of 2 predictions changed; the run files keep them as run." in (tmp_path / "table.md").read_text()
+    table = (tmp_path / "table.md").read_text()
+    assert "ircot 1 of 2 predictions changed; the run files keep them as run." in table
+    assert "S.A. Retrieval" not in table and "seakr-no-sa-retrieval" not in figures
     assert "Paris.Human" in (tmp_path / "ircot.jsonl").read_text()
