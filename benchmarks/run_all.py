@@ -24,7 +24,10 @@ then each run against its method's no-retrieval run (CoT, CtrlA never, Rowen nev
 with a bootstrap interval: eval.paired_difference; then, for every file in OUT that holds a method's own score beside its unaided answers, that
 signal's AUROC against wrong answers: eval.signals; and from a seakr-calibrate file, SeaKR's threshold
 by the paper's 5.3 rule and ours: seakr.threshold_table), OUT/figures.json and, if matplotlib is installed (an optional dependency of this command only),
-OUT/f1_vs_retrieval.png: F1 against retrieval rate, one line per method through its thresholds.
+OUT/f1_vs_retrieval.png: F1 against retrieval rate, one line per method through its thresholds, its
+baselines as named squares. SeaKR's answers (its baselines' too) are read again as today's code reads them
+(reread_seakr: runs before 1f32c40 kept answers that run on into a turn the model invents); the table
+says how many changed.
 
 The default sweeps suit SmolLM2-135M: SeaKR delta 2.5 and 0.8 are about the median and the 25th
 percentile of the step scores of our first 30 HotpotQA questions (default 3.01); CtrlA tau -9.8 and
@@ -283,9 +286,9 @@ def plot(rows, path: Path, title: str) -> bool:
                     label=f"{method}'s baselines" if sweep else method)
         for x, y, name in sweep + others:
             short = name.replace("seakr-", "").replace("ctrla-", "").replace("rowen-", "")
-            if name in (default, "rowen-hybrid-always") or name not in [p[2] for p in sweep]:
+            if name == default or (x, y, name) in others:
                 ax.annotate(short, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
-            elif name.startswith(prefix):
+            else:   # a threshold of the sweep, below its point
                 ax.annotate(short.replace("delta", "δ ").replace("tau", "τ ").replace("hybrid-t", "Z "), (x, y),
                             textcoords="offset points", xytext=(4, -10), fontsize=7, color=color)
         for x, y, name in sweep:
