@@ -191,11 +191,12 @@ _IS_THE_ANSWER = re.compile(r"[.?!]\s*([^?!]*?)\s+is the answer\b", re.IGNORECAS
 # sentence with it.
 _ABBREVIATIONS = ("Dr", "Mr", "Mrs", "Ms", "Prof", "Rev", "Gen", "Col", "Lt", "Capt", "Sgt", "Gov", "Sen",
                   "St", "Mt", "Ft", "vs")
+_NOT_AFTER_ABBREVIATION = "".join(rf"(?<!\b{a})" for a in _ABBREVIATIONS)
 # A period followed by a space or the end, not after one of _ABBREVIATIONS; "?" and "!" followed by a space
-_END_MARK = re.compile("".join(rf"(?<!\b{a})" for a in _ABBREVIATIONS) + r"\.(?=\s|$)|[?!](?=\s)")
+_END_MARK = re.compile(_NOT_AFTER_ABBREVIATION + r"\.(?=\s|$)|[?!](?=\s)")
 # A period with a capitalised word right after it, no space between: a model running on past its answer into
 # a turn of its own ("So the answer is 1860.Human: Given the context, ..."); it ends the answer
-_RUN_ON = re.compile("".join(rf"(?<!\b{a})" for a in _ABBREVIATIONS) + r"\.(?=[A-Z][a-z])")
+_RUN_ON = re.compile(_NOT_AFTER_ABBREVIATION + r"\.(?=[A-Z][a-z])")
 # Words that open a sentence rather than continue a name after an initial ("World War I. It ended")
 _SENTENCE_OPENERS = common.STOP_WORDS | {"thus", "therefore", "hence", "however", "also"}
 

@@ -340,7 +340,7 @@ def main(argv=None):
     a.deltas = DELTAS if a.deltas is None else a.deltas
     a.taus = TAUS if a.taus is None else a.taus
     if a.table_only:    # the table reads every sweep file in OUT, whatever thresholds made them
-        a.deltas, a.taus = swept(a.out, "seakr-delta", a.deltas), swept(a.out, "ctrla-tau", a.taus)
+        a.deltas, a.taus = swept(a.out, SWEEPS["SeaKR"][1], a.deltas), swept(a.out, SWEEPS["CtrlA"][1], a.taus)
     known = {**runs(argparse.Namespace(**{**vars(a), "runs": ["all"]})), **SIGNAL_RUNS}
     if a.runs != ["all"] and set(a.runs) - set(known):
         raise SystemExit(f"error: unknown run {sorted(set(a.runs) - set(known))[0]}; runs: {', '.join(known)}")
