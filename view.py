@@ -3,7 +3,8 @@
     python view.py RUN.jsonl [RUN2.jsonl ...] -o run.html [--open] [--screenshot run.png [--question ID]]
 
 Reads the JSON lines that seakr.py, ctrla.py and rowen.py write (common.run: prediction, gold answers,
-the method's trace) and, beside each file, <run>.settings.json and <run>.summary.json. Writes one HTML
+the method's trace) and, beside each file, <run>.settings.json, <run>.summary.json and, in a results
+folder, benchmarks/run_all.py's figures.json (the answers its table reads again). Writes one HTML
 file with its CSS and SVG inline and no script, font or image from anywhere else, so it opens offline
 from a file:// URL. At the top each run's settings and summary; then the questions, right or wrong,
 with a filter (wrong only, retrieved only, where the runs differ); each question expands to:
@@ -89,8 +90,12 @@ def load_run(path: Path) -> dict:
             summary = {**metrics.summarize(rows), "note": "computed from the rows (no summary file)"}
         except ValueError as e:
             summary = {"note": f"no summary: {e}"}
+    figures = read_json(path.parent / "figures.json")     # benchmarks/run_all.py's, in a results folder
+    reread = figures.get("reread", {}) if isinstance(figures, dict) else {}
+    reread = reread.get(path.stem) if isinstance(reread, dict) else None
     return {"name": path.stem, "path": str(path), "rows": rows, "summary": summary or {},
-            "settings": read_json(path.with_suffix(".settings.json"))}
+            "settings": read_json(path.with_suffix(".settings.json")),
+            "reread": reread if isinstance(reread, dict) else {}}
 
 
 def kind_of(trace) -> str | None:
@@ -520,8 +525,20 @@ def retrieved_text(row) -> str:
     return f"{num(n)} retrieval{'s' * (n != 1)}" if n else ""
 
 
-def run_column(run: dict, row: dict | None, delta, lo: float, hi: float) -> str:
-    """One run's answer to one question: prediction, scores, and the method's trace."""
+def reread_html(run: dict, row: dict, qid) -> str:
+    """The prediction as the results table reads it, where that differs from the run's (figures.json)."""
+    if str(qid) not in run["reread"]:
+        return ""
+    again = {**row, "prediction": run["reread"][str(qid)]}
+    v = verdict(again)
+    return (f'<p class="reread">The results table reads this answer again as <b>{esc(again["prediction"])}</b> '
+            f'<span class="mark {v}">{MARKS[v]} {v}</span> <small>({score_text(again)}; figures.json beside '
+            "this file, from benchmarks/run_all.py: cut where it runs on, as today's seakr.py cuts it)</small></p>")
+
+
+def run_column(run: dict, row: dict | None, delta, lo: float, hi: float, qid=None) -> str:
+    """One run's answer to one question: prediction, scores, the prediction as the results table reads it
+    where that differs, and the method's trace."""
     if row is None:
         return f'<div class="col"><h3>{esc(run["name"])}</h3><p class="missing">Not in this run.</p></div>'
     v = verdict(row)
@@ -531,7 +548,7 @@ def run_column(run: dict, row: dict | None, delta, lo: float, hi: float) -> str:
            f'<span class="mark {v}">{MARKS[v]} {v}</span></p>',
            f'<p class="small">{score_text(row)} &middot; {retrieved_text(row) or "no retrieval"}'
            + "".join(f" &middot; {esc(row[k])} {unit}" for k, unit in (("model_calls", "model calls"), ("seconds", "s"))
-                     if k in row) + "</p>"]
+                     if k in row) + "</p>", reread_html(run, row, qid)]
     others = [k for k in row if k not in KNOWN_FIELDS]
     if others:
         out.append('<p class="small">Other fields: '
@@ -578,7 +595,7 @@ def question_html(n: int, qid, runs: list[dict], rows: list, delta) -> str:
     return (f'<details class="{" ".join(classes)}" id="q{n}" data-id="{esc(qid)}"><summary>'
             f'<span class="n">{n}</span><span class="qt">{esc(question)}</span>{cells}</summary>'
             f'<div class="body"><p>{gold_html(first)} <small>id {esc(qid)}</small></p><div class="cols">'
-            + "".join(run_column(run, r, delta, lo, hi) for run, r in zip(runs, rows)) + "</div></div></details>")
+            + "".join(run_column(run, r, delta, lo, hi, qid) for run, r in zip(runs, rows)) + "</div></div></details>")
 
 
 def run_header(run: dict) -> str:
@@ -588,6 +605,10 @@ def run_header(run: dict) -> str:
     cell = lambda k: num(100 * s[k], 1) if k in metrics.PERCENT else num(s[k], 2)
     summary = table(keys, [[""] + [span("s-" + k, cell(k)) for k in keys]], "summary") if keys else ""
     note = f'<p class="small">{esc(s["note"])}</p>' if s.get("note") else ""
+    if run["reread"]:
+        note += (f'<p class="reread">The results table reads {len(run["reread"])} of these answers again '
+                 "(figures.json beside this file: cut where they run on, as today's seakr.py cuts them); this "
+                 "page marks the answers as run, and each of those questions shows the answer as read again.</p>")
     settings = run["settings"]
     if settings is None:
         sets = (f'<p class="missing">No {esc(Path(run["path"]).with_suffix(".settings.json").name)} beside this '
@@ -666,7 +687,7 @@ svg.bar{vertical-align:middle}.nowrap{white-space:nowrap}.explain{color:#404850}
 .u,.z,.num,.delta{font-variant-numeric:tabular-nums;font-weight:600}tr.kept td{background:#dafbe1}
 .w{border-radius:3px;padding:0 1px;line-height:1.9}.w sub{font-size:9px;color:#404850;margin-left:1px}
 mark.flag{background:none;outline:2px solid #cf222e;font-weight:700;color:inherit}
-.trigger{color:#9a6700}.refusal{color:#cf222e}
+.reread{color:#404850;border-left:3px solid #9a6700;padding-left:6px}.trigger{color:#9a6700}.refusal{color:#cf222e}
 .round{border-left:3px solid #d4760a;margin:4px 0;padding:2px 8px}.round ul{margin:2px 0;padding-left:18px}
 .v.yes{color:#1a7f37}.v.no{color:#cf222e}.v.unread{color:#9a6700}table.rowen td{max-width:260px}
 details.raw pre{white-space:pre-wrap;font-size:11px;max-height:300px;overflow:auto;background:#f6f8fa;padding:6px}

@@ -27,7 +27,7 @@ by the paper's 5.3 rule and ours: seakr.threshold_table), OUT/figures.json and, 
 OUT/f1_vs_retrieval.png: F1 against retrieval rate, one line per method through its thresholds, its
 baselines as named squares. SeaKR's answers (its baselines' too) are read again as today's code reads them
 (reread_seakr: runs before 1f32c40 kept answers that run on into a turn the model invents); the table
-says how many changed.
+says how many changed, and figures.json holds the changed ones (its "reread"), which view.py shows.
 
 The default sweeps suit SmolLM2-135M: SeaKR delta 2.5 and 0.8 are about the median and the 25th
 percentile of the step scores of our first 30 HotpotQA questions (default 3.01); CtrlA tau -9.8 and
@@ -156,21 +156,23 @@ LEGACY = {"seakr-never": ("SeaKR", "SeaKR --retrieve never (old code: two chains
           "seakr-always": ("SeaKR", "SeaKR --retrieve always (old code: the - S.A. Retrieval ablation; not IRCoT)")}
 
 
-def reread_seakr(rows: list[dict]) -> tuple[list[dict], int]:
-    """The rows of a seakr.py run with each prediction read again by seakr.cut_answer, and how many changed:
-    runs made before the answer was cut at a period with a capitalised word right after it (1f32c40) hold
+def reread_seakr(rows: list[dict]) -> tuple[list[dict], dict]:
+    """The rows of a seakr.py run with each prediction read again by seakr.cut_answer, and the ones that
+    changed ({id, or "line N" as view.py names a row without one: the prediction as read again}): runs
+    made before the answer was cut at a period with a capitalised word right after it (1f32c40) hold
     answers that run on into a turn the model invents ("1860.Human: Given the context, ..."), and older
     ones answers that run past a sentence end; reading an answer of today's code again gives it unchanged.
-    The run files keep the predictions as run."""
+    The run files keep the predictions as run; view.py shows both, from figures.json."""
     import seakr  # here, not at the top: it imports torch through common
     out = [{**r, "prediction": seakr.cut_answer(r["prediction"]) or ""} if r.get("prediction") else r
            for r in rows]
-    return out, sum(r.get("prediction") != o.get("prediction") for r, o in zip(rows, out))
+    return out, {str(r.get("id", f"line {i}")): o["prediction"]
+                 for i, (r, o) in enumerate(zip(rows, out), 1) if r.get("prediction") != o.get("prediction")}
 
 
 def table_rows(a, reread: dict | None = None) -> list[tuple[str, str, str, dict, list]]:
     """(name, method, label, summary, rows) for every run file present, the Rowen rows re-read, the SeaKR
-    answers read again (reread_seakr; `reread` gets how many changed per run)."""
+    answers read again (reread_seakr; `reread` gets the changed predictions of each run)."""
     import rowen  # here, not at the top: it imports torch through common
     out = []
     named = {**runs(a), **SIGNAL_RUNS, **{n: ("seakr.py", None, m, label) for n, (m, label) in LEGACY.items()}}
@@ -365,7 +367,7 @@ def main(argv=None):
                   "(seakr.cut_answer: up to the first sentence end or a period with a capitalised word right after "
                   "it, where the model runs on into a turn of its own, \"1860.Human: Given the context, ...\", "
                   "which code before 1f32c40 kept): "
-                  + ", ".join(f"{name} {k} of {n[name]}" for name, k in reread.items())
+                  + ", ".join(f"{name} {len(k)} of {n[name]}" for name, k in reread.items())
                   + " predictions changed; the run files keep them as run.")
     total = sum(s["sec_per_q"] * s["n"] for name, _, _, s, _ in rows if name in runs(a) or name in SIGNAL_RUNS)
     figures = {name: s for name, _, _, s, _ in rows}

@@ -177,7 +177,7 @@ def test_table_reads_seakr_answers_again(tmp_path):
     write(tmp_path / "seakr-no-sa-retrieval.jsonl", [])                             # just started: no row
     run_all.main(["--out", str(tmp_path), "--table-only"])
     figures = json.loads((tmp_path / "figures.json").read_text())
-    assert figures["ircot"]["em"] == 0.5 and figures["reread"] == {"ircot": 1}
+    assert figures["ircot"]["em"] == 0.5 and figures["reread"] == {"ircot": {"1": "Paris"}}
     assert figures["ctrla-never"]["em"] == 0.0
     table = (tmp_path / "table.md").read_text()
     assert "ircot 1 of 2 predictions changed; the run files keep them as run." in table

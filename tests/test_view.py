@@ -213,6 +213,23 @@ def test_settings_and_summary_are_at_the_top(tmp_path):
     assert shown(top, "s-em") == ["50"] and shown(top, "s-n") == ["2"]
 
 
+def test_an_answer_the_results_table_reads_again_is_shown_beside_the_one_run(tmp_path):
+    # run_all's figures.json names the answers its table cut where they run on; the page keeps the run's
+    # answer and mark, and shows the answer as the table reads it with its own mark and score
+    ran_on = {**SEAKR_WRONG, "prediction": "Tim Burton.Human: Who wrote it?"}
+    (tmp_path / "figures.json").write_text(json.dumps({"reread": {"ircot": {"q2": "Tim Burton"},
+                                                                  "cot": 3}}))   # an older file's count
+    html = page(tmp_path, ("ircot", [SEAKR, ran_on], None), ("cot", [COT, COT_2], None))
+    q2 = question(html, "q2")
+    assert "Tim Burton.Human: Who wrote it?" in q2
+    again = re.findall(r'<p class="reread">(.*?)</p>', q2, re.S)
+    assert len(again) == 1 and "<b>Tim Burton</b>" in again[0] and "right" in again[0]
+    assert shown(q2, "m-em") == ["0", "1", "0"]         # ircot as run, as the table reads it; cot
+    assert "reads this answer again" not in question(html, "q1")
+    top = html[:html.index('class="questions"')]
+    assert top.count("The results table reads 1 of these answers again") == 1
+
+
 def test_the_page_is_self_contained(tmp_path):
     html = page(tmp_path, ("seakr", [SEAKR], None), ("ctrla", [CTRLA], None))
     for needle in ("<script", "<link", "<img", "src=", "@import", "url(", "http://", "https://"):
