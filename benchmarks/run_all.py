@@ -170,6 +170,26 @@ def reread_seakr(rows: list[dict]) -> tuple[list[dict], dict]:
                  for i, (r, o) in enumerate(zip(rows, out), 1) if r.get("prediction") != o.get("prediction")}
 
 
+def run_on_steps(rows: list[dict]) -> list[str]:
+    """Ids of the questions (as reread_seakr names them) where a step that the loop kept before its last
+    names an answer that runs on past a period (seakr._RUN_ON after "the answer is"): today's seakr.py
+    ends the loop at such a step, so there reading the final answer again does not give what today's code
+    would answer. The only place where the run-on cut changes a question's course: the stop string
+    (". ", "\n") leaves a run-on inside the step's text, never in what follows it. A step kept after a
+    retrieval is the chosen candidate's regenerated text (SeaKR), the step's text otherwise (IRCoT)."""
+    import seakr  # here, not at the top: it imports torch through common
+    out = []
+    for i, r in enumerate(rows, 1):
+        steps = (r.get("trace") or {}).get("steps") or []
+        for step in steps[:-1]:
+            chosen = [c for c in step.get("candidates") or () if c.get("id") == step.get("chosen")]
+            m = seakr._ANSWER_IS.search(chosen[0]["text"] if chosen else step.get("text") or "")
+            if m and seakr._RUN_ON.search(m.group(1).split("\n")[0]):
+                out.append(str(r.get("id", f"line {i}")))
+                break
+    return out
+
+
 def table_rows(a, reread: dict | None = None) -> list[tuple[str, str, str, dict, list]]:
     """(name, method, label, summary, rows) for every run file present, the Rowen rows re-read, the SeaKR
     answers read again (reread_seakr; `reread` gets the changed predictions of each run)."""
@@ -369,10 +389,19 @@ def main(argv=None):
                   "which code before 1f32c40 kept): "
                   + ", ".join(f"{name} {len(k)} of {n[name]}" for name, k in reread.items())
                   + " predictions changed; the run files keep them as run.")
+        course = {name: ids for name, _, _, _, rs in rows if name in reread and (ids := run_on_steps(rs))}
+        table += (" No step that a loop kept before its question's last names an answer that runs on "
+                  "(run_on_steps), so today's code would have stopped at the same step: the reading changes "
+                  "answers, not the course of a question." if not course else
+                  " In these questions a step kept before the last names an answer that runs on, where today's "
+                  "code would have stopped (run_on_steps), so the answer read again is not what it would give: "
+                  + "; ".join(f"{name}: {', '.join(ids)}" for name, ids in course.items()) + ".")
     total = sum(s["sec_per_q"] * s["n"] for name, _, _, s, _ in rows if name in runs(a) or name in SIGNAL_RUNS)
     figures = {name: s for name, _, _, s, _ in rows}
     if reread:
         figures["reread"] = reread
+        if course:
+            figures["run_on_steps"] = course
     if pairs := paired_rows(rows):
         table += "\n\n" + paired_text(pairs)
         figures["paired"] = [{"run": label, "against": base, **d} for label, base, d in pairs]

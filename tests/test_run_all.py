@@ -183,3 +183,27 @@ def test_table_reads_seakr_answers_again(tmp_path):
     assert "ircot 1 of 2 predictions changed; the run files keep them as run." in table
     assert "S.A. Retrieval" not in table and "seakr-no-sa-retrieval" not in figures
     assert "Paris.Human" in (tmp_path / "ircot.jsonl").read_text()
+    assert "No step that a loop kept before its question's last names an answer that runs on" in table
+    assert "run_on_steps" not in figures
+
+
+def test_a_step_before_the_last_that_runs_on_is_named(tmp_path):
+    # today's code would have stopped at the first step of q1 (IRCoT) and at the second of q2 (SeaKR: the
+    # chosen candidate's regenerated text is what the loop kept); q3's run-on is in its last step only
+    step = lambda text, **k: {"text": text, **k}
+    ircot = [{**qa("1", "Rome.Human: What", 1), "trace": {"steps": [
+                 step("So the answer is Rome.Human: Where is"), step("So the answer is Rome.Human: What")]}},
+             {**qa("3", "Paris.Human: Who", 1), "trace": {"steps": [
+                 step("Paris is in France"), step("So the answer is Paris.Human: Who")]}}]
+    seakr = [{**qa("2", "Paris.Human: Who", 1), "trace": {"steps": [
+                 step("Mr. Smith lives in Paris"),
+                 step("So the answer is Rome", candidates=[{"id": "c1", "text": "So the answer is Rome"},
+                                                           {"id": "c2", "text": "So the answer is Paris.Human: Who"}],
+                      chosen="c2"),
+                 step("So the answer is Paris.Human: Who")]}}]
+    write(tmp_path / "ircot.jsonl", ircot)
+    write(tmp_path / "seakr-delta0.41.jsonl", seakr)
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert figures["run_on_steps"] == {"seakr-delta0.41": ["2"], "ircot": ["1"]}
+    assert "seakr-delta0.41: 2; ircot: 1." in (tmp_path / "table.md").read_text()
