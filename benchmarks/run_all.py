@@ -27,7 +27,8 @@ by the paper's 5.3 rule and ours: seakr.threshold_table), OUT/figures.json and, 
 OUT/f1_vs_retrieval.png: F1 against retrieval rate, one line per method through its thresholds, its
 baselines as named squares. SeaKR's answers (its baselines' too) are read again as today's code reads them
 (reread_seakr: runs before 1f32c40 kept answers that run on into a turn the model invents); the table
-says how many changed, and figures.json holds the changed ones (its "reread"), which view.py shows.
+says how many changed and whether a step before a question's last would have stopped today's code
+(run_on_steps), and figures.json holds the changed answers (its "reread"), which view.py shows.
 
 The default sweeps suit SmolLM2-135M: SeaKR delta 2.5 and 0.8 are about the median and the 25th
 percentile of the step scores of our first 30 HotpotQA questions (default 3.01); CtrlA tau -9.8 and
