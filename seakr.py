@@ -253,6 +253,14 @@ def cut_answer(rest: str) -> str | None:
     return answer or None
 
 
+def answer_runs_on(text: str) -> bool:
+    """Whether the answer that `text` names after "the answer is" runs on past a period into a capitalised
+    word (_RUN_ON), where cut_answer reads it shorter than code before 1f32c40 did: a step of such a run
+    that names one is final today, but was not then (benchmarks/run_all.py checks the runs for it)."""
+    m = _ANSWER_IS.search(text)
+    return bool(m and _RUN_ON.search(m.group(1).split("\n")[0]))
+
+
 def final_answer(step: str, after: str = "") -> str | None:
     """The answer with which a reasoning step ends the loop, or None (paper 3.3: the iteration stops
     when the model states its answer, "So the final answer is ..."). `after` is what the model wrote

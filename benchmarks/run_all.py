@@ -173,7 +173,7 @@ def reread_seakr(rows: list[dict]) -> tuple[list[dict], dict]:
 
 def run_on_steps(rows: list[dict]) -> list[str]:
     """Ids of the questions (as reread_seakr names them) where a step that the loop kept before its last
-    names an answer that runs on past a period (seakr._RUN_ON after "the answer is"): today's seakr.py
+    names an answer that runs on past a period (seakr.answer_runs_on): today's seakr.py
     ends the loop at such a step, so there reading the final answer again does not give what today's code
     would answer. The only place where the run-on cut changes a question's course: the stop string
     (". ", "\n") leaves a run-on inside the step's text, never in what follows it. A step kept after a
@@ -184,8 +184,7 @@ def run_on_steps(rows: list[dict]) -> list[str]:
         steps = (r.get("trace") or {}).get("steps") or []
         for step in steps[:-1]:
             chosen = [c for c in step.get("candidates") or () if c.get("id") == step.get("chosen")]
-            m = seakr._ANSWER_IS.search(chosen[0]["text"] if chosen else step.get("text") or "")
-            if m and seakr._RUN_ON.search(m.group(1).split("\n")[0]):
+            if seakr.answer_runs_on(chosen[0]["text"] if chosen else step.get("text") or ""):
                 out.append(str(r.get("id", f"line {i}")))
                 break
     return out

@@ -123,6 +123,19 @@ def test_extract_answer(text, answer):
         assert seakr.cut_answer(answer) == answer
 
 
+@pytest.mark.parametrize("text, runs_on", [
+    ("So the answer is 1860.Human: Given the context", True),
+    ("Paris is in France. So the answer is Paris.Human: What", True),
+    ("So the answer is 3.5 million.", False),                  # a decimal point
+    ("So the answer is St.Louis.", False),                     # after an abbreviation
+    ("So the answer is Paris. Human: What", False),            # a space: a sentence end, read so then too
+    ("So the answer is Paris\nIt.Human", False),               # past the answer's line
+    ("Paris.Human: What", False),                              # no answer named
+])
+def test_answer_runs_on(text, runs_on):
+    assert seakr.answer_runs_on(text) is runs_on
+
+
 def test_sentence_ends_decide_an_initial_from_what_follows():
     assert seakr.sentences("World War I. It ended in 1918. Edward L. Cahn directed it.") == [
         "World War I.", "It ended in 1918.", "Edward L. Cahn directed it."]
