@@ -331,6 +331,17 @@ def default_model(device: str, flags: str) -> tuple[str, str]:
 DEFAULT_MODEL = default_model("cuda" if torch.cuda.is_available() else "cpu", cpu_flags())[0]
 
 
+def model_path(name: str):
+    """Where load_model reads a model from: an embedded alias's folder, converted from its GGUF file once;
+    a Hugging Face id or a local directory as given."""
+    return _convert_embedded(name) if name in EMBEDDED else name
+
+
+def loaded_models() -> list:
+    """Every model that load_model has loaded in this process (a Rowen run holds two)."""
+    return [model for model, _ in _LOADED.values()]
+
+
 def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "auto", linear: str | None = None):
     """(model, tokenizer) for an embedded alias, a Hugging Face id or a local directory; once per process
     for each (name, dtype, device, linear kernel), all as resolved.
@@ -360,7 +371,7 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "au
     key = (name, dtype, device, linear)
     if key in _LOADED:
         return _LOADED[key]
-    path = _convert_embedded(name) if name in EMBEDDED else name
+    path = model_path(name)
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tok = AutoTokenizer.from_pretrained(path)
     kwargs = {"dtype": torch.float32 if dtype == "int8" else getattr(torch, dtype)}

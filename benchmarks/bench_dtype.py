@@ -99,7 +99,7 @@ def main():
     p.add_argument("--generate", action="store_true", help="also load the model in each precision and decode")
     a = p.parse_args()
     from transformers import AutoConfig
-    path = common._convert_embedded(a.model) if a.model in common.EMBEDDED else a.model
+    path = common.model_path(a.model)
     cfg = AutoConfig.from_pretrained(path)
     shapes = layer_shapes(cfg)
     flags = common.cpu_flags() if a.device == "cpu" else ""

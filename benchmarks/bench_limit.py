@@ -172,7 +172,7 @@ def run_method(method: str, argv: list[str], recorder: Recorder) -> tuple[list[d
         return solve_timed
 
     def run(args, name, solve, records=None):
-        for model, _ in common._LOADED.values():     # every model the method loaded (Rowen: two)
+        for model in common.loaded_models():     # every model the method loaded (Rowen: two)
             recorder.attach(model)
         return real_run(args, name, timed(solve), records)
 
@@ -397,7 +397,7 @@ def main():
     print(f"CPU: {cpu}; threads: {torch.get_num_threads()} (OMP_NUM_THREADS="
           f"{os.environ.get('OMP_NUM_THREADS', 'unset')}); load average {os.getloadavg()[0]:.2f}", flush=True)
     from transformers import AutoConfig
-    cfg = AutoConfig.from_pretrained(common._convert_embedded(a.model) if a.model in common.EMBEDDED else a.model)
+    cfg = AutoConfig.from_pretrained(common.model_path(a.model))
     if a.products:
         table = products_table(cfg, a.dtypes, [1, 2, a.rows], a.prefill, a.repeats)
         print(json.dumps({"cpu": cpu, "model": a.model, "products": table}))

@@ -274,6 +274,7 @@ def test_load_model_keeps_one_model_per_kernel_and_plain_gets_the_plain_modules(
     fast, _ = common.load_model(path, "float32", "cpu", "onednn")
     plain, _ = common.load_model(path, "float32", "cpu", "plain")
     assert fast is not plain and common.load_model(path, "float32", "cpu", "onednn")[0] is fast
+    assert common.loaded_models() == [fast, plain] and common.model_path(str(path)) == str(path)
     assert not any(type(m) is torch.nn.Linear for m in fast.modules())
     assert not any(isinstance(m, common.OneDNNLinear) for m in plain.modules())
     ids = torch.tensor([tok("The cat sat on the mat.")["input_ids"]])
