@@ -190,9 +190,10 @@ def run_on_steps(rows: list[dict]) -> list[str]:
     return out
 
 
-def table_rows(a, reread: dict | None = None) -> list[tuple[str, str, str, dict, list]]:
+def table_rows(a, reread: dict | None = None, course: dict | None = None) -> list[tuple[str, str, str, dict, list]]:
     """(name, method, label, summary, rows) for every run file present, the Rowen rows re-read, the SeaKR
-    answers read again (reread_seakr; `reread` gets the changed predictions of each run)."""
+    answers read again (reread_seakr; `reread` gets the changed predictions of each run, `course` the
+    questions of each where the re-reading would have changed the course: run_on_steps)."""
     import rowen  # here, not at the top: it imports torch through common
     out = []
     named = {**runs(a), **SIGNAL_RUNS, **{n: ("seakr.py", None, m, label) for n, (m, label) in LEGACY.items()}}
@@ -207,6 +208,8 @@ def table_rows(a, reread: dict | None = None) -> list[tuple[str, str, str, dict,
             rows, changed = reread_seakr(rows)
             if changed and reread is not None:
                 reread[name] = changed
+            if course is not None and (ids := run_on_steps(rows)):
+                course[name] = ids      # checked in every run: a step may run on where no answer does
         if name != HYBRID:
             out.append((name, method, label, rows))
             continue
@@ -373,23 +376,22 @@ def main(argv=None):
         start = time.time()
         run_all(list(runs(a)), a)
         print(f"all runs: {time.time() - start:.0f} s wall clock")
-    reread = {}
+    reread, course = {}, {}
     try:
-        rows = table_rows(a, reread)
+        rows = table_rows(a, reread, course)
     except ValueError as e:
         raise SystemExit(f"error: {e}")
     if not rows:
         raise SystemExit(f"error: no run files in {a.out}")
     table = metrics.format_table([(label, s) for _, _, label, s, _ in rows], markdown=True, first="run")
-    if reread:
+    if reread or course:
         n = {name: s["n"] for name, _, _, s, _ in rows}
         table += ("\n\nSeaKR's answers (its baselines' too) are read again here as today's code reads them "
                   "(seakr.cut_answer: up to the first sentence end or a period with a capitalised word right after "
                   "it, where the model runs on into a turn of its own, \"1860.Human: Given the context, ...\", "
                   "which code before 1f32c40 kept): "
-                  + ", ".join(f"{name} {len(k)} of {n[name]}" for name, k in reread.items())
+                  + (", ".join(f"{name} {len(k)} of {n[name]}" for name, k in reread.items()) or "no")
                   + " predictions changed; the run files keep them as run.")
-        course = {name: ids for name, _, _, _, rs in rows if name in reread and (ids := run_on_steps(rs))}
         table += (" No step that a loop kept before its question's last names an answer that runs on "
                   "(run_on_steps), so today's code would have stopped at the same step: the reading changes "
                   "answers, not the course of a question." if not course else
@@ -400,8 +402,8 @@ def main(argv=None):
     figures = {name: s for name, _, _, s, _ in rows}
     if reread:
         figures["reread"] = reread
-        if course:
-            figures["run_on_steps"] = course
+    if course:
+        figures["run_on_steps"] = course
     if pairs := paired_rows(rows):
         table += "\n\n" + paired_text(pairs)
         figures["paired"] = [{"run": label, "against": base, **d} for label, base, d in pairs]

@@ -203,7 +203,17 @@ def test_a_step_before_the_last_that_runs_on_is_named(tmp_path):
                  step("So the answer is Paris.Human: Who")]}}]
     write(tmp_path / "ircot.jsonl", ircot)
     write(tmp_path / "seakr-delta0.41.jsonl", seakr)
+    # a run whose answers all ended cleanly, but a step before the last ran on: checked too
+    write(tmp_path / "cot.jsonl", [{**qa("4", "Rome", 0), "trace": {"steps": [
+        step("So the answer is Paris.Human: Where"), step("So the answer is Rome")]}}])
     run_all.main(["--out", str(tmp_path), "--table-only"])
     figures = json.loads((tmp_path / "figures.json").read_text())
-    assert figures["run_on_steps"] == {"seakr-delta0.41": ["2"], "ircot": ["1"]}
-    assert "seakr-delta0.41: 2; ircot: 1." in (tmp_path / "table.md").read_text()
+    assert figures["run_on_steps"] == {"seakr-delta0.41": ["2"], "cot": ["4"], "ircot": ["1"]}
+    assert "seakr-delta0.41: 2; cot: 4; ircot: 1." in (tmp_path / "table.md").read_text()
+    assert "cot" not in figures["reread"]
+    only = tmp_path / "only"                         # nothing re-read, a step still named
+    only.mkdir()
+    (only / "cot.jsonl").write_text((tmp_path / "cot.jsonl").read_text())
+    run_all.main(["--out", str(only), "--table-only"])
+    assert "no predictions changed" in (only / "table.md").read_text()
+    assert json.loads((only / "figures.json").read_text())["run_on_steps"] == {"cot": ["4"]}
