@@ -1,6 +1,7 @@
 """k = 20 samples of one long prompt: our one-prefill sampler against transformers' generate.
 
     python benchmarks/bench_sampling.py [--model smollm2-135m] [--tokens 1000] [--k 20] [--new 24] [--repeats 3]
+                                        [--device auto] [--dtype auto]
 
 Times, side by side in one process and alternating within each repeat (the median is reported):
 - generate: model.generate(do_sample=True, num_return_sequences=k), which copies the prompt k times
@@ -8,11 +9,15 @@ Times, side by side in one process and alternating within each repeat (the media
 - ours: common.sample (one prefill, the prompt's KV cache shared by the k rows);
 - reference: common.reference, the plain loop that --plain runs (one prefill copied to k rows of
   transformers' own cache); it draws the same samples as ours (checked: same_as_reference);
-- greedy: one greedy generation of the same prompt and length (common.greedy).
+- greedy: one greedy generation of the same prompt and length (common.greedy);
+- copied (on a GPU): ours with one copy of the prompt's KV cache per row (common.SHARE_PROMPT off), the
+  layout the shared copy replaces; on an H100 it was faster in bfloat16 and slower in float32
+  (benchmarks/README.md), so the choice is measured here wherever a GPU is at hand.
 Sampling settings are SeaKR's (temperature 1.0, top-k 50, top-p 0.9). The prompt is SeaKR's few-shot
 examples cut to --tokens tokens; no stop strings, so every row runs the full length unless it draws EOS
 (the tokens generated are printed). No prefix cache: each timing starts from an empty cache.
-Peak resident memory of our sampler alone is measured in a fresh child process.
+Peak resident memory of our sampler alone is measured in a fresh child process (on a GPU: its peak
+allocated GPU memory, in this process).
 Prints a table and one JSON line; targets (issue 6): speedup_vs_generate >= 5, cost_vs_greedy <= 2.5.
 """
 from __future__ import annotations
@@ -72,7 +77,7 @@ def peak_rss_gb() -> float:
 def peak_memory_child(a) -> float:
     """Peak RSS (GB) of a fresh process that loads the model and runs our sampler once."""
     cmd = [sys.executable, __file__, "--model", a.model, "--tokens", str(a.tokens), "--k", str(a.k),
-           "--new", str(a.new), "--peak-only"]
+           "--new", str(a.new), "--device", a.device, "--dtype", a.dtype, "--peak-only"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return float(out.strip().splitlines()[-1])
 
@@ -84,15 +89,18 @@ def main():
     p.add_argument("--k", type=int, default=20, help="samples")
     p.add_argument("--new", type=int, default=24, help="new tokens per sample")
     p.add_argument("--repeats", type=int, default=3, help="runs of each; the median is reported")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--dtype", default="auto", choices=common.DTYPES)
     p.add_argument("--peak-only", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
-    model, tok = common.load_model(a.model)
+    model, tok = common.load_model(a.model, a.dtype, a.device)
+    cuda = model.device.type == "cuda"
     prompt = long_prompt(tok, a.tokens)
     if a.peak_only:
         run_ours(model, tok, prompt, a)
         print(peak_rss_gb())
         return
-    ids = torch.tensor([common.encode(tok, prompt)])
+    ids = torch.tensor([common.encode(tok, prompt)], device=model.device)
     n_prompt = ids.shape[1]
 
     def hf_generate():
@@ -112,7 +120,16 @@ def main():
     def reference():
         return [len(g.token_ids) for g in run_reference(model, tok, prompt, a)]
 
+    def copied():
+        common.SHARE_PROMPT = False
+        try:
+            return ours()
+        finally:
+            common.SHARE_PROMPT = True
+
     runs = {"generate": hf_generate, "ours": ours, "reference": reference, "greedy": greedy}
+    if cuda:
+        runs["copied"] = copied
     times = {name: [] for name in runs}
     tokens = {}
     torch.manual_seed(0)
@@ -123,8 +140,15 @@ def main():
             times[name].append(t)
             tokens[name] = n
     med = {name: statistics.median(ts) for name, ts in times.items()}
-    peak = peak_memory_child(a)
-    figures = {"model": a.model, "prompt_tokens": n_prompt, "k": a.k, "new_tokens": a.new,
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+        common.forget_prefix()
+        run_ours(model, tok, prompt, a)
+        peak = torch.cuda.max_memory_allocated() / 2**30
+    else:
+        peak = peak_memory_child(a)
+    figures = {"model": a.model, "device": str(model.device), "dtype": str(model.dtype).removeprefix("torch."),
+               "machine": torch.cuda.get_device_name() if cuda else common.CPU, "prompt_tokens": n_prompt, "k": a.k, "new_tokens": a.new,
                "threads": torch.get_num_threads(), "repeats": a.repeats,
                "generate_s": round(med["generate"], 3), "ours_s": round(med["ours"], 3),
                "greedy_s": round(med["greedy"], 3),
@@ -134,17 +158,21 @@ def main():
                "same_as_reference": [g.token_ids for g in run_ours(model, tok, prompt, a)]
                == [g.token_ids for g in run_reference(model, tok, prompt, a)],
                "cost_vs_greedy": round(med["ours"] / med["greedy"], 2),
-               "peak_rss_gb_ours": round(peak, 2)}
+               ("peak_gpu_gb_ours" if cuda else "peak_rss_gb_ours"): round(peak, 2)}
+    if "copied" in med:
+        figures["copied_s"] = round(med["copied"], 3)
     print(f"prompt {n_prompt} tokens, k = {a.k}, {a.new} new tokens, {torch.get_num_threads()} threads, "
           f"median of {a.repeats}")
     print(f"{'':28} {'seconds':>8} {'tokens generated':>17}")
     for name, label in (("generate", f"generate(num_return_sequences={a.k})"), ("ours", "common.sample"),
-                        ("reference", "common.reference (--plain)"), ("greedy", "common.greedy (one row)")):
-        print(f"{label:28} {med[name]:8.2f} {sum(tokens[name]):17d}")
+                        ("reference", "common.reference (--plain)"), ("greedy", "common.greedy (one row)"),
+                        ("copied", "common.sample, prompt per row")):
+        if name in med:
+            print(f"{label:28} {med[name]:8.2f} {sum(tokens[name]):17d}")
     print(f"speedup vs generate {figures['speedup_vs_generate']:.2f}x (target >= 5), "
           f"vs the reference {figures['speedup_vs_reference']:.2f}x (same samples: {figures['same_as_reference']}), "
           f"cost vs one greedy generation {figures['cost_vs_greedy']:.2f}x (target <= 2.5), "
-          f"peak RSS of the sampler alone {peak:.2f} GB")
+          f"peak {'GPU memory' if cuda else 'RSS'} of the sampler alone {peak:.2f} GB")
     print(json.dumps(figures))
 
 

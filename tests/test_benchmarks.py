@@ -56,3 +56,38 @@ def test_bench_limit_weight_bytes_and_shapes():
     assert bl.layer_shapes(cfg) == [("q", 1536, 1536), ("k", 1536, 256), ("v", 1536, 256), ("o", 1536, 1536),
                                     ("gate", 1536, 8960), ("up", 1536, 8960), ("down", 8960, 1536),
                                     ("lm_head", 1536, 151936)]
+
+
+# ---------------------------------------------------------------- gpu_path.py: the budget and what it reads back
+
+def test_gpu_path_steps_keep_to_the_budget(tmp_path):
+    import os
+    import sys
+    import time
+    gp = load("gpu_path")
+    log, env = open(tmp_path / "log", "w"), dict(os.environ)
+    ok = gp.step("quick", [sys.executable, "-c", "print('{\"x\": 1}')"], log, time.monotonic() + 60, env)
+    assert ok["status"] == "ok"
+    assert gp.last_json(tmp_path / "log", "===== quick:") == {"x": 1}
+    failed = gp.step("bad", [sys.executable, "-c", "raise SystemExit(3)"], log, time.monotonic() + 60, env)
+    assert failed["status"] == "exit 3"
+    slow = gp.step("slow", [sys.executable, "-c", "import time; time.sleep(30)"], log, time.monotonic() + 11, env)
+    assert slow["status"].startswith("stopped at the budget") and slow["seconds"] < 20
+    assert gp.step("late", ["true"], log, time.monotonic() + 5, env)["status"] == "not run: budget spent"
+
+
+def test_gpu_path_reads_back_the_last_figures_of_a_step_and_a_run_row(tmp_path):
+    gp = load("gpu_path")
+    log = tmp_path / "gpu_path.log"
+    log.write_text('===== sampling bfloat16: x\n{"ours_s": 1.0}\n===== sampling float32: y\nnoise\n{"ours_s": 2.5}\n'
+                   '{not json\n===== seakr bfloat16: z\n')
+    assert gp.last_json(log, "===== sampling float32:") == {"ours_s": 2.5}
+    assert gp.last_json(log, "===== sampling bfloat16:") == {"ours_s": 1.0}   # its own step's, not the next
+    assert gp.last_json(log, "===== seakr bfloat16:") == {} == gp.last_json(log, "===== rowen bfloat16:")
+    run = tmp_path / "run.jsonl"
+    run.write_text('{"id": "q1", "seconds": 27.0, "model_calls": 9, "retrievals": 1, "trace": [1, 2], '
+                   '"prediction": "' + "a" * 200 + '"}\n{"id": "q2"}\n')
+    row = gp.run_row(run)
+    assert row == {"id": "q1", "seconds": 27.0, "retrievals": 1, "model_calls": 9, "prediction": "a" * 120}
+    run.write_text("")
+    assert gp.run_row(run) == {}
