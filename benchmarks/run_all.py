@@ -157,6 +157,11 @@ LEGACY = {"seakr-never": ("SeaKR", "SeaKR --retrieve never (old code: two chains
           "seakr-always": ("SeaKR", "SeaKR --retrieve always (old code: the - S.A. Retrieval ablation; not IRCoT)")}
 
 
+def row_id(row: dict, line: int) -> str:
+    """How view.py names a run's row: its id, or "line N" (1-based) for a row without one."""
+    return str(row.get("id", f"line {line}"))
+
+
 def reread_seakr(rows: list[dict]) -> tuple[list[dict], dict]:
     """The rows of a seakr.py run with each prediction read again by seakr.cut_answer, and the ones that
     changed ({id, or "line N" as view.py names a row without one: the prediction as read again}): runs
@@ -167,7 +172,7 @@ def reread_seakr(rows: list[dict]) -> tuple[list[dict], dict]:
     import seakr  # here, not at the top: it imports torch through common
     out = [{**r, "prediction": seakr.cut_answer(r["prediction"]) or ""} if r.get("prediction") else r
            for r in rows]
-    return out, {str(r.get("id", f"line {i}")): o["prediction"]
+    return out, {row_id(r, i): o["prediction"]
                  for i, (r, o) in enumerate(zip(rows, out), 1) if r.get("prediction") != o.get("prediction")}
 
 
@@ -185,7 +190,7 @@ def run_on_steps(rows: list[dict]) -> list[str]:
         for step in steps[:-1]:
             chosen = [c for c in step.get("candidates") or () if c.get("id") == step.get("chosen")]
             if seakr.answer_runs_on(chosen[0]["text"] if chosen else step.get("text") or ""):
-                out.append(str(r.get("id", f"line {i}")))
+                out.append(row_id(r, i))
                 break
     return out
 
