@@ -8,7 +8,8 @@ Times, side by side in one process and alternating within each repeat (the media
   and prefills every copy;
 - ours: common.sample (one prefill, the prompt's KV cache shared by the k rows);
 - reference: common.reference, the plain loop that --plain runs (one prefill copied to k rows of
-  transformers' own cache); it draws the same samples as ours (checked: same_as_reference);
+  transformers' own cache); it draws the same samples as ours in float32 (checked: same_as_reference;
+  in bfloat16 on a GPU batched and single-row products round differently, and so do the samples);
 - greedy: one greedy generation of the same prompt and length (common.greedy);
 - copied (on a GPU): ours with one copy of the prompt's KV cache per row (common.SHARE_PROMPT off), the
   layout the shared copy replaces; on an H100 it was faster in bfloat16 and slower in float32
@@ -148,7 +149,8 @@ def main():
     else:
         peak = peak_memory_child(a)
     figures = {"model": a.model, "device": str(model.device), "dtype": str(model.dtype).removeprefix("torch."),
-               "machine": torch.cuda.get_device_name() if cuda else common.CPU, "prompt_tokens": n_prompt, "k": a.k, "new_tokens": a.new,
+               "machine": torch.cuda.get_device_name() if cuda else common.CPU,
+               "prompt_tokens": n_prompt, "k": a.k, "new_tokens": a.new,
                "threads": torch.get_num_threads(), "repeats": a.repeats,
                "generate_s": round(med["generate"], 3), "ours_s": round(med["ours"], 3),
                "greedy_s": round(med["greedy"], 3),

@@ -6,11 +6,11 @@
 What it shows: that each method runs unchanged on CUDA at 7B scale (memory, devices, precisions: the
 hooks, the shared-prompt sampler, SeaKR's slogdet, CtrlA's PCA, Rowen's two models), and how long each
 step takes there. What it cannot show: accuracy. The weights are random (seeded), so every answer is
-noise and every call runs to its token limit (no stop string is ever written): the seconds are those of
-the longest calls each method makes, not of a real model's shorter ones.
+noise and almost every call runs to its token limit (a stop string or EOS is drawn by chance only):
+the seconds are those of the longest calls each method makes, not of a real model's shorter ones.
 
-Steps, each a fresh process under what is left of --budget (a step that runs out is stopped and
-reported as such; the next one still runs):
+Steps, each a fresh process under what is left of --budget (the step that runs out of it is stopped
+and reported as such, the steps after it as not run):
 - build: the random model, saved in bfloat16 with the tokenizer beside it (Qwen's; by default the
   embedded Qwen2.5-Coder-1.5B's, whose vocabulary the Qwen2.5 models share);
 - sampling: benchmarks/bench_sampling.py on it in each --dtypes precision (k = 20 samples of a
