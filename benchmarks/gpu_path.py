@@ -173,6 +173,7 @@ def main():
         for dtype in dtypes:                      # every method in the first precision before the next
             for name in (s for s in steps if s != "sampling"):
                 run = work / f"{name}-{dtype}.jsonl"
+                run.unlink(missing_ok=True)           # a step that fails early reports no older row
                 cmd = [sys.executable, f"{name}.py", "--model", str(model_dir), "--dataset", DATASET[name],
                        "--limit", "1", "--device", device, "--dtype", dtype, "--output", str(run), "--overwrite"]
                 if name == "rowen":
