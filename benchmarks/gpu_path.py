@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 import torch
+import transformers
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -151,14 +152,11 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     tokenizer = Path(a.tokenizer) if a.tokenizer else Path(common.model_path("qwen2.5-coder-1.5b"))
     summary = {"shape": a.shape, "device": torch.cuda.get_device_name() if device == "cuda" else common.CPU,
-               "torch": torch.__version__, "python": platform.python_version(), "steps": []}
-    import transformers
-    summary["transformers"] = transformers.__version__
+               "torch": torch.__version__, "transformers": transformers.__version__,
+               "python": platform.python_version(), "steps": []}
     save = lambda: (out / "gpu_path.json").write_text(json.dumps(summary, indent=1) + "\n")  # noqa: E731
     model_dir = work / f"random-{a.shape}"
-    start = time.monotonic()
     summary["build"] = build(a.shape, tokenizer, model_dir, device)
-    summary["build"]["wall_s"] = round(time.monotonic() - start, 1)
     save()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     log_path = out / "gpu_path.log"
