@@ -466,6 +466,46 @@ def signal_scores(rows):
     return None
 
 
+def auroc_over(values, targets, resamples=1000):
+    """(n, targets among them, AUROC, its bootstrap interval) of the scores against 0/1 targets, the
+    rows whose score is None left out; AUROC and interval rounded to 3 places, None where undefined."""
+    keep = [i for i, v in enumerate(values) if v is not None]
+    x, t = [values[i] for i in keep], [bool(targets[i]) for i in keep]
+    auc, ci = auroc(x, t), bootstrap_interval(x, t, resamples)
+    return (len(x), sum(t), None if auc is None else round(auc, 3),
+            None if ci is None else [round(ci[0], 3), round(ci[1], 3)])
+
+
+def step_signals(seakr_rows, cot_rows, always_rows=None, resamples=1000):
+    """SeaKR's eigen score U of each question's first reasoning step, on a multi-hop run, against CoT's
+    answer being wrong (is_right) and, given the rows of a run that retrieves at every step (the "- S.A.
+    Retrieval" ablation), against that run's F1 beating CoT's: does U flag the questions the model gets
+    wrong unaided, and the ones retrieval helps? SeaKR's greedy step is CoT's first sentence (same prompt,
+    same decoding), and the first step comes before any retrieval, so every SeaKR run of the same
+    questions scores it alike. Beside U, the step's length in words. Questions present in every file
+    given, failed rows left out; None when none is, or the SeaKR rows hold no step scores."""
+    ok = lambda rows: {str(r["id"]): r for r in rows or () if "error" not in r and "id" in r}
+    seakr, cot, always = ok(seakr_rows), ok(cot_rows), ok(always_rows)
+    first = {i: r["trace"]["steps"][0] for i, r in seakr.items()
+             if isinstance(r.get("trace"), dict) and r["trace"].get("steps") and "score" in r["trace"]["steps"][0]}
+    ids = [i for i in first if i in cot and (always_rows is None or i in always)]
+    if not ids:
+        return None
+    scores = {"eigen score U": [first[i]["score"] for i in ids],
+              "the step's length (words)": [words(first[i].get("text")) for i in ids]}
+    targets = {"CoT's answer wrong": [not is_right(cot[i]) for i in ids]}
+    if always_rows is not None:
+        f1 = lambda row: score_record(row)["f1"]
+        targets["retrieving every step beats CoT's F1"] = [f1(always[i]) > f1(cot[i]) for i in ids]
+    out = {"n": len(ids), "targets": {}}
+    for target, hits in targets.items():
+        out["targets"][target] = {"positives": sum(hits), "signals": {}}
+        for name, values in scores.items():
+            n, _, auc, interval = auroc_over(values, hits, resamples)
+            out["targets"][target]["signals"][name] = {"n": n, "auroc": auc, "interval": interval}
+    return out
+
+
 def signals(rows, resamples=1000):
     """Per signal of a qualifying file: n, wrong, AUROC with its bootstrap interval, and for CtrlA's
     trigger (a 0/1 decision) the share of wrong and of right answers it flags. None otherwise."""
@@ -475,12 +515,11 @@ def signals(rows, resamples=1000):
     method, by_name, wrong = found
     out = {"method": method, "signals": {}}
     for name, values in by_name.items():
-        keep = [i for i, v in enumerate(values) if v is not None]
-        x, w = [values[i] for i in keep], [wrong[i] for i in keep]
-        auc, ci = auroc(x, w), bootstrap_interval(x, w, resamples)
-        sig = {"n": len(x), "wrong": sum(w), "auroc": None if auc is None else round(auc, 3),
-               "interval": None if ci is None else [round(ci[0], 3), round(ci[1], 3)]}
+        n, n_wrong, auc, interval = auroc_over(values, wrong, resamples)
+        sig = {"n": n, "wrong": n_wrong, "auroc": auc, "interval": interval}
         if name == TRIGGER:   # a decision, not a score: how often it fires on wrong and on right answers
+            x = [v for v in values if v is not None]
+            w = [b for v, b in zip(values, wrong) if v is not None]
             sig["flags_wrong"] = round(sum(v for v, b in zip(x, w) if b) / max(sum(w), 1), 3)
             sig["flags_right"] = round(sum(v for v, b in zip(x, w) if not b) / max(len(w) - sum(w), 1), 3)
         out["signals"][name] = sig

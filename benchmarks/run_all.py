@@ -22,7 +22,9 @@ the cache writes. --no-cache turns it off.
 Writes OUT/table.md (EM, F1, acc, retrieval rate, retrievals, model calls and seconds per question;
 then each run against its method's no-retrieval run (CoT, CtrlA never, Rowen never), question by question,
 with a bootstrap interval: eval.paired_difference; then, for every file in OUT that holds a method's own score beside its unaided answers, that
-signal's AUROC against wrong answers: eval.signals; and from a seakr-calibrate file, SeaKR's threshold
+signal's AUROC against wrong answers: eval.signals; with a SeaKR run and CoT's, the eigen score of
+each question's first step against CoT's wrong answers and against where retrieving at every step helps:
+eval.step_signals; and from a seakr-calibrate file, SeaKR's threshold
 by the paper's 5.3 rule and ours: seakr.threshold_table), OUT/figures.json and, if matplotlib is installed (an optional dependency of this command only),
 OUT/f1_vs_retrieval.png: F1 against retrieval rate, one line per method through its thresholds, its
 baselines as named squares. SeaKR's answers (its baselines' too) are read again as today's code reads them
@@ -256,6 +258,37 @@ def paired_text(pairs) -> str:
     return "\n".join(lines)
 
 
+def step_signal(rows) -> tuple[str, dict] | None:
+    """(the SeaKR run it read, eval.step_signals) over the table's rows (answers as read again): the first
+    SeaKR run listed whose steps hold U, against `cot`, and against the "- S.A. Retrieval" ablation where
+    present; None without both a SeaKR run and `cot`."""
+    by_name = {name: run_rows for name, _, _, _, run_rows in rows}
+    seakr_runs = [name for name, method, _, _, _ in rows
+                  if method == "SeaKR" and name not in ("cot", "ircot", *SIGNAL_RUNS, *LEGACY)]
+    for name in seakr_runs:
+        found = "cot" in by_name and metrics.step_signals(by_name[name], by_name["cot"],
+                                                          by_name.get("seakr-no-sa-retrieval"))
+        if found:
+            return name, found
+    return None
+
+
+def step_signal_text(name: str, found: dict) -> str:
+    """eval.step_signals in markdown."""
+    lines = [f"SeaKR's step signal on these questions (`eval.step_signals`, U read from {name}; the first "
+             "step comes before any retrieval and is CoT's first sentence, so every SeaKR run here scores it "
+             "alike): the eigen score U of each question's first reasoning step, and the step's length in "
+             "words, against CoT's answer being wrong and against retrieving at every step (the ablation) "
+             f"beating CoT's F1; {found['n']} questions, AUROC 0.5 = no signal.", "",
+             "| target | questions | signal | AUROC | 95% interval |", "|---|---:|---|---:|---:|"]
+    for target, t in found["targets"].items():
+        for sig, v in t["signals"].items():
+            auc = "-" if v["auroc"] is None else f"{v['auroc']:.3f}"
+            ci = "-" if v["interval"] is None else f"{v['interval'][0]:.2f} to {v['interval'][1]:.2f}"
+            lines.append(f"| {target} | {t['positives']} of {v['n']} | {sig} | {auc} | {ci} |")
+    return "\n".join(lines)
+
+
 def calibration(out: Path) -> dict | None:
     """SeaKR's threshold rules (seakr.threshold_table) over OUT/seakr-calibrate.jsonl, if present: each
     direct answer's eigen score against whether it holds a gold answer (as `seakr.py --calibrate`)."""
@@ -418,6 +451,9 @@ def main(argv=None):
         table += ("\n\nEach method's own signal against wrong unaided answers (`python eval.py signals "
                   "FILE`; AUROC 0.5 = no signal):\n\n" + metrics.signals_table(signals, markdown=True))
         figures["signals"] = dict(signals)
+    if (step := step_signal(rows)) is not None:
+        table += "\n\n" + step_signal_text(*step)
+        figures["step_signal"] = {"run": step[0], **step[1]}
     if (cal := calibration(a.out)) is not None:
         table += "\n\n" + calibration_text(cal)
         figures["calibration"] = cal

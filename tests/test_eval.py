@@ -292,6 +292,33 @@ def test_signals_of_a_seakr_calibration_file():
     assert (n["n"], n["wrong"], n["auroc"]) == (4, 2, 0.25)
 
 
+def test_step_signals_against_cots_wrong_answers_and_where_retrieval_helps():
+    def step_row(qid, score, text, prediction="x"):
+        return {"id": qid, "answers": ["Paris"], "prediction": prediction, "retrievals": 0,
+                "trace": {"steps": [{"text": text, "score": score}, {"text": "So the answer is x", "score": 9.0}]}}
+    seakr = [step_row("a", -2.0, "Paris is big"), step_row("b", 1.0, "It is"), step_row("c", 0.5, "A B C D"),
+             step_row("d", None, "one"), step_row("e", 3.0, "x"), {"id": "f", "error": "too long"}]
+    cot = [{"id": q, "answers": ["Paris"], "prediction": p}
+           for q, p in [("a", "Paris"), ("b", "Lyon"), ("c", "in Paris"), ("d", "Nice"), ("e", "Nice"), ("f", "x")]]
+    always = [{"id": q, "answers": ["Paris"], "prediction": p}
+              for q, p in [("a", "Paris"), ("b", "Paris"), ("c", "Lyon"), ("d", "Paris"), ("e", "Nice")]]
+    got = ev.step_signals(seakr, cot, always, resamples=50)
+    assert got["n"] == 5       # f failed; the second step's score is never read
+    wrong, helps = got["targets"]["CoT's answer wrong"], got["targets"]["retrieving every step beats CoT's F1"]
+    # CoT wrong: b, d, e (c holds the gold answer). U, d left out (no finite score): wrong {1.0, 3.0} vs
+    # right {-2.0, 0.5}: every pair ordered -> 1.0
+    assert wrong["positives"] == 3 and wrong["signals"]["eigen score U"]["n"] == 4
+    assert wrong["signals"]["eigen score U"]["auroc"] == 1.0
+    # first step's length: wrong {2 (b), 1 (d), 1 (e)} vs right {3 (a), 4 (c)}: no pair ordered -> 0.0
+    assert wrong["signals"]["the step's length (words)"]["auroc"] == 0.0
+    # the always run's F1 above CoT's: b (1 > 0) and d (1 > 0); c falls (0 < 0.67), a and e tie.
+    # U: helped {1.0} vs not {-2.0, 0.5, 3.0}: 2 of 3 pairs -> 0.667
+    assert helps["positives"] == 2 and helps["signals"]["eigen score U"]["auroc"] == 0.667
+    # without the always run, only CoT's target; without step scores or shared ids, nothing
+    assert list(ev.step_signals(seakr, cot)["targets"]) == ["CoT's answer wrong"]
+    assert ev.step_signals(cot, cot) is None and ev.step_signals(seakr, cot[-1:]) is None
+
+
 def ctrla_row(qid, prediction, segments, retrievals=0):
     return {"id": qid, "answers": ["Paris"], "prediction": prediction, "retrievals": retrievals,
             "trace": {"task": "short", "segments": [{"segment": s, "trigger": t, "tokens": ["x"] * len(sc),

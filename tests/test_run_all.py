@@ -217,3 +217,19 @@ def test_a_step_before_the_last_that_runs_on_is_named(tmp_path):
     run_all.main(["--out", str(only), "--table-only"])
     assert "no predictions changed" in (only / "table.md").read_text()
     assert json.loads((only / "figures.json").read_text())["run_on_steps"] == {"cot": ["4"]}
+
+
+def test_table_gives_seakrs_step_signal_from_a_seakr_run_and_cot(tmp_path):
+    def seakr_row(qid, score, prediction):
+        return {**qa(qid, prediction, 0), "trace": {"steps": [{"text": "a first step", "score": score}]}}
+    write(tmp_path / "seakr-delta0.41.jsonl", [seakr_row("1", 2.0, "Rome"), seakr_row("2", -1.0, "Paris")])
+    write(tmp_path / "cot.jsonl", [qa("1", "Rome", 0), qa("2", "Paris", 0)])
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    step = json.loads((tmp_path / "figures.json").read_text())["step_signal"]
+    # CoT wrong on 1 (U 2.0), right on 2 (U -1.0): AUROC 1; no ablation run, so no second target
+    assert step["run"] == "seakr-delta0.41" and step["n"] == 2 and list(step["targets"]) == ["CoT's answer wrong"]
+    assert step["targets"]["CoT's answer wrong"]["signals"]["eigen score U"]["auroc"] == 1.0
+    assert "| CoT's answer wrong | 1 of 2 | eigen score U | 1.000 | 1.00 to 1.00 |" in (tmp_path / "table.md").read_text()
+    (tmp_path / "cot.jsonl").unlink()                  # without CoT's answers: no step signal
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    assert "step_signal" not in json.loads((tmp_path / "figures.json").read_text())
