@@ -479,8 +479,8 @@ def auroc_over(values, targets, resamples=1000):
 def step_signals(seakr_rows, cot_rows, always_rows=None, resamples=1000):
     """SeaKR's eigen score U of each question's first reasoning step, on a multi-hop run, against CoT's
     answer being wrong (is_right) and, given the rows of a run that retrieves at every step (the "- S.A.
-    Retrieval" ablation), against that run's F1 beating CoT's: does U flag the questions the model gets
-    wrong unaided, and the ones retrieval helps? SeaKR's greedy step is CoT's first sentence (same prompt,
+    Retrieval" ablation), against that run's F1 beating CoT's, over all the questions and over those CoT
+    gets wrong: does U flag the questions the model gets wrong unaided, and the ones retrieval helps? SeaKR's greedy step is CoT's first sentence (same prompt,
     same decoding), and the first step comes before any retrieval, so every SeaKR run of the same
     questions scores it alike. Beside U, the step's length in words. Questions present in every file
     given, failed rows left out; None when none is, or the SeaKR rows hold no step scores."""
@@ -493,15 +493,19 @@ def step_signals(seakr_rows, cot_rows, always_rows=None, resamples=1000):
         return None
     scores = {"eigen score U": [first[i]["score"] for i in ids],
               "the step's length (words)": [words(first[i].get("text")) for i in ids]}
-    targets = {"CoT's answer wrong": [not is_right(cot[i]) for i in ids]}
+    wrong = [not is_right(cot[i]) for i in ids]
+    targets = {"CoT's answer wrong": (wrong, [True] * len(ids))}
     if always_rows is not None:
         f1 = lambda row: score_record(row)["f1"]
-        targets["retrieving every step beats CoT's F1"] = [f1(always[i]) > f1(cot[i]) for i in ids]
+        helps = [f1(always[i]) > f1(cot[i]) for i in ids]
+        targets["retrieving every step beats CoT's F1"] = (helps, [True] * len(ids))
+        # the same, on CoT's wrong answers only: does U tell the ones retrieval mends from the rest?
+        targets["the same, among CoT's wrong answers"] = (helps, wrong)
     out = {"n": len(ids), "targets": {}}
-    for target, hits in targets.items():
-        out["targets"][target] = {"positives": sum(hits), "signals": {}}
+    for target, (hits, among) in targets.items():
+        out["targets"][target] = {"positives": sum(h for h, a in zip(hits, among) if a), "signals": {}}
         for name, values in scores.items():
-            n, _, auc, interval = auroc_over(values, hits, resamples)
+            n, _, auc, interval = auroc_over([v if a else None for v, a in zip(values, among)], hits, resamples)
             out["targets"][target]["signals"][name] = {"n": n, "auroc": auc, "interval": interval}
     return out
 

@@ -314,6 +314,13 @@ def test_step_signals_against_cots_wrong_answers_and_where_retrieval_helps():
     # the always run's F1 above CoT's: b (1 > 0) and d (1 > 0); c falls (0 < 0.67), a and e tie.
     # U: helped {1.0} vs not {-2.0, 0.5, 3.0}: 2 of 3 pairs -> 0.667
     assert helps["positives"] == 2 and helps["signals"]["eigen score U"]["auroc"] == 0.667
+    # among CoT's wrong answers (b, e; d has no U): helped {1.0} vs not {3.0} -> 0.0
+    among = got["targets"]["the same, among CoT's wrong answers"]
+    assert among["positives"] == 2 and among["signals"]["eigen score U"]["n"] == 2
+    assert among["signals"]["eigen score U"]["auroc"] == 0.0
+    # its length: b (2 words, helped), d (1, helped) vs e (1, not): 1 + 0.5 of 2 pairs -> 0.75
+    length = among["signals"]["the step's length (words)"]
+    assert (length["n"], length["auroc"]) == (3, 0.75)
     # without the always run, only CoT's target; without step scores or shared ids, nothing
     assert list(ev.step_signals(seakr, cot)["targets"]) == ["CoT's answer wrong"]
     assert ev.step_signals(cot, cot) is None and ev.step_signals(seakr, cot[-1:]) is None
