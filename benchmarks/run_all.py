@@ -279,7 +279,8 @@ def step_signal_text(name: str, found: dict) -> str:
              "step comes before any retrieval and is CoT's first sentence, so every SeaKR run here scores it "
              "alike): the eigen score U of each question's first reasoning step, and the step's length in "
              "words, against CoT's answer being wrong and against retrieving at every step (the ablation) "
-             f"beating CoT's F1; {found['n']} questions, AUROC 0.5 = no signal.", "",
+             f"beating CoT's F1 (over all {found['n']} questions, then over those CoT gets wrong); AUROC 0.5 = "
+             "no signal.", "",
              "| target | questions | signal | AUROC | 95% interval |", "|---|---:|---|---:|---:|"]
     for target, t in found["targets"].items():
         for sig, v in t["signals"].items():
