@@ -336,6 +336,7 @@ def plot(rows, path: Path, title: str) -> bool:
         print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
         return False
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    starred = False
     for method, color in (("SeaKR", "tab:blue"), ("CtrlA", "tab:orange"), ("Rowen", "tab:green")):
         pts = sorted((100 * s["retrieval_rate"], 100 * s.get("f1", 0), name)
                      for name, m, _, s, _ in rows if m == method and name not in ("rowen-cl", "rowen-cm"))
@@ -358,9 +359,10 @@ def plot(rows, path: Path, title: str) -> bool:
         for x, y, name in sweep:
             if name == default:   # the run at the method's default threshold
                 ax.plot([x], [y], "*", color=color, markersize=14)
+                starred = True
     ax.set_xlabel("retrieval rate (% of questions)")
     ax.set_ylabel("F1 (%)")
-    ax.set_title(title + "  (star: default threshold)", fontsize=10)
+    ax.set_title(title + ("  (star: default threshold)" if starred else ""), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
