@@ -478,12 +478,13 @@ def auroc_over(values, targets, resamples=1000):
 
 def step_signals(seakr_rows, cot_rows, always_rows=None, resamples=1000):
     """SeaKR's eigen score U of each question's first reasoning step, on a multi-hop run, against CoT's
-    answer being wrong (is_right) and, given the rows of a run that retrieves at every step (the "- S.A.
-    Retrieval" ablation), against that run's F1 beating CoT's, over all the questions and over those CoT
-    gets wrong: does U flag the questions the model gets wrong unaided, and the ones retrieval helps? SeaKR's greedy step is CoT's first sentence (same prompt,
-    same decoding), and the first step comes before any retrieval, so every SeaKR run of the same
-    questions scores it alike. Beside U, the step's length in words. Questions present in every file
-    given, failed rows left out; None when none is, or the SeaKR rows hold no step scores."""
+    answer being wrong (no gold answer inside it: is_right) and, given the rows of a run that retrieves
+    at every step (the "- S.A. Retrieval" ablation), against that run's F1 beating CoT's, over all the
+    questions and over those CoT gets wrong: does U flag the questions the model gets wrong unaided, and
+    the ones retrieval helps? SeaKR's greedy step is CoT's first sentence (same prompt, same decoding),
+    and the first step comes before any retrieval, so every SeaKR run of the same questions scores it
+    alike. Beside U, the step's length in words. Questions present in every file given, failed rows left
+    out; None when none is, or the SeaKR rows hold no step scores."""
     ok = lambda rows: {str(r["id"]): r for r in rows or () if "error" not in r and "id" in r}
     seakr, cot, always = ok(seakr_rows), ok(cot_rows), ok(always_rows)
     first = {i: r["trace"]["steps"][0] for i, r in seakr.items()
