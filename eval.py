@@ -27,6 +27,7 @@ Differs from the official code in:
 - accuracy: an empty gold alias would match every prediction in CtrlA's code; we skip it.
 """
 import argparse
+import json
 import math
 import re
 import string
@@ -37,8 +38,6 @@ from pathlib import Path
 
 from nltk.translate.bleu_score import corpus_bleu
 from rouge import Rouge
-
-import retrieval
 
 # Order of the table's columns; keys not listed here follow, sorted.
 COLUMNS = ["n", "em", "f1", "acc", "bleu", "rouge_l", "closer_to_correct",
@@ -250,17 +249,26 @@ def summarize(rows):
 
 def read_rows(path):
     """Rows of a JSONL prediction file; blank lines are skipped, anything else bad is a ValueError
-    that names the file and line (retrieval.jsonl_rows, the reader the corpus and question files share)."""
+    that names the file and line. (retrieval.jsonl_rows reads corpus and question files the same way;
+    eval imports no file of the project, so that it reads alone: the house's bottom floor.)"""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file; check the path") from None
     except (OSError, UnicodeDecodeError) as err:
         raise ValueError(f"{path}: cannot read ({err})") from None
-    try:
-        return [row for _, row in retrieval.jsonl_rows(lines, path)]
-    except retrieval.InputError as err:
-        raise ValueError(str(err)) from None
+    rows = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{lineno}: not valid JSON ({err}); fix or delete that line") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{lineno}: expected a JSON object per line; fix or delete that line")
+        rows.append(row)
+    return rows
 
 
 def format_table(named_summaries, markdown=False, first="file"):

@@ -190,7 +190,7 @@ def test_read_rows(tmp_path):
     assert [r["prediction"] for r in ev.read_rows(path)] == ["a", "b"]  # blank line skipped
 
     path.write_text('{"prediction": "a"}\n\n{"prediction": \n')
-    with pytest.raises(ValueError, match=r"preds\.jsonl:3: malformed JSON line .*fix or remove that line"):
+    with pytest.raises(ValueError, match=r"preds\.jsonl:3: not valid JSON .*fix or delete that line"):
         ev.read_rows(path)
     with pytest.raises(ValueError, match="missing.jsonl"):
         ev.read_rows(tmp_path / "missing.jsonl")

@@ -249,7 +249,7 @@ def test_command_writes_the_page_and_a_malformed_line_is_one_line_error(tmp_path
     done = subprocess.run(cmd[:2] + [str(bad), "-o", str(tmp_path / "bad.html")], capture_output=True, text=True,
                           cwd=tmp_path)
     assert done.returncode == 2 and not (tmp_path / "bad.html").exists()
-    assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"error: {bad}:2: malformed JSON line")
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"error: {bad}:2: not valid JSON")
 
 
 # ---------------------------------------------------------------- a real browser
