@@ -263,13 +263,13 @@ def step_signal(rows) -> tuple[str, dict] | None:
     SeaKR run listed whose steps hold U, against `cot`, and against the "- S.A. Retrieval" ablation where
     present; None without both a SeaKR run and `cot`."""
     by_name = {name: run_rows for name, _, _, _, run_rows in rows}
-    seakr_runs = [name for name, method, _, _, _ in rows
-                  if method == "SeaKR" and name not in ("cot", "ircot", *SIGNAL_RUNS, *LEGACY)]
-    for name in seakr_runs:
-        found = "cot" in by_name and metrics.step_signals(by_name[name], by_name["cot"],
-                                                          by_name.get("seakr-no-sa-retrieval"))
-        if found:
-            return name, found
+    if "cot" not in by_name:
+        return None
+    for name, method, _, _, _ in rows:
+        if method == "SeaKR" and name not in ("cot", "ircot", *SIGNAL_RUNS, *LEGACY):
+            found = metrics.step_signals(by_name[name], by_name["cot"], by_name.get("seakr-no-sa-retrieval"))
+            if found:
+                return name, found
     return None
 
 
