@@ -484,33 +484,74 @@ def auroc_over(values, targets, resamples=1000):
             None if ci is None else [round(ci[0], 3), round(ci[1], 3)])
 
 
-def step_signals(seakr_rows, cot_rows, always_rows=None, resamples=1000):
-    """SeaKR's eigen score U of each question's first reasoning step, on a multi-hop run, against CoT's
-    answer being wrong (no gold answer inside it: is_right) and, given the rows of a run that retrieves
-    at every step (the "- S.A. Retrieval" ablation), against that run's F1 beating CoT's, over all the
-    questions and over those CoT gets wrong: does U flag the questions the model gets wrong unaided, and
-    the ones retrieval helps? SeaKR's greedy step is CoT's first sentence (same prompt, same decoding),
-    and the first step comes before any retrieval, so every SeaKR run of the same questions scores it
-    alike. Beside U, the step's length in words. Questions present in every file given, failed rows left
-    out; None when none is, or the SeaKR rows hold no step scores."""
+STEP_LENGTH = "the step's length (words)"   # beside a method's score of its first step
+
+
+def first_steps(rows):
+    """(method, {id: (the first step's text, {signal: value, higher = less sure})}) of a multi-hop run's
+    first reasoning step, which comes before any retrieval: SeaKR's eigen score U of its first step
+    (trace steps), CtrlA's confidence monitor over its first segment (trace segments: the trigger, 1 when
+    a new-information word is unconfident or the segment refuses, whatever the run then did, and the
+    lowest token score minus tau); beside each, the step's length in words. Failed rows and rows without
+    the score are left out; None when no row holds one."""
+    seakr, ctrla = {}, {}
+    for r in rows or ():
+        trace = r.get("trace") if "error" not in r and "id" in r else None
+        if not isinstance(trace, dict):
+            continue
+        step = (trace.get("steps") or [None])[0]
+        if isinstance(step, dict) and "score" in step:
+            seakr[str(r["id"])] = (step.get("text") or "", {"eigen score U": step["score"],
+                                                              STEP_LENGTH: words(step.get("text"))})
+        seg = (trace.get("segments") or [None])[0]
+        if isinstance(seg, dict) and seg.get("scores"):
+            trigger = bool(seg.get("unconfident_words")) or seg.get("trigger") == "refusal"
+            ctrla[str(r["id"])] = (seg.get("segment") or "", {TRIGGER: float(trigger),
+                                                              "-(lowest score - tau)": -min(seg["scores"]),
+                                                              STEP_LENGTH: words(seg.get("segment"))})
+    return ("SeaKR", seakr) if seakr else ("CtrlA", ctrla) if ctrla else None
+
+
+def unaided_text(row) -> str | None:
+    """The whole generation of a run that never retrieves, as its trace holds it (SeaKR's CoT chain,
+    CtrlA's answer text); None when it holds neither."""
+    trace = row.get("trace") if isinstance(row.get("trace"), dict) else {}
+    text = trace.get("chain", trace.get("answer"))
+    return None if text is None else str(text)
+
+
+def step_signals(method_rows, unaided_rows, always_rows=None, resamples=1000, unaided="CoT"):
+    """A method's score of each question's first reasoning step (first_steps), on a multi-hop run,
+    against the answer of the same method without retrieval being wrong (no gold answer inside it:
+    is_right) and, given the rows of a run that retrieves at every step (SeaKR's "- S.A. Retrieval"
+    ablation, CtrlA's always run), against that run's F1 beating the unaided one's, over all the
+    questions and over those the unaided run gets wrong: does the score flag the questions the model
+    gets wrong unaided, and the ones retrieval helps? The first step comes before any retrieval and is
+    decoded as the unaided run decodes its first sentence (SeaKR's greedy step is CoT's first sentence;
+    CtrlA's steered segment is its never-retrieve run's first), so every run of the method scores it
+    alike; a question whose unaided generation (where its trace holds it) does not begin with that step
+    is left out and counted (`differs`). `unaided` names the unaided run in the targets. Questions present in every file given,
+    failed rows left out; None when none is, or the rows hold no first-step score."""
     ok = lambda rows: {str(r["id"]): r for r in rows or () if "error" not in r and "id" in r}
-    seakr, cot, always = ok(seakr_rows), ok(cot_rows), ok(always_rows)
-    first = {i: r["trace"]["steps"][0] for i, r in seakr.items()
-             if isinstance(r.get("trace"), dict) and r["trace"].get("steps") and "score" in r["trace"]["steps"][0]}
-    ids = [i for i in first if i in cot and (always_rows is None or i in always)]
+    found, base, always = first_steps(method_rows), ok(unaided_rows), ok(always_rows)
+    if found is None:
+        return None
+    method, first = found
+    shared = [i for i in first if i in base and (always_rows is None or i in always)]
+    ids = [i for i in shared if (t := unaided_text(base[i])) is None or t.startswith(first[i][0])]
     if not ids:
         return None
-    scores = {"eigen score U": [first[i]["score"] for i in ids],
-              "the step's length (words)": [words(first[i].get("text")) for i in ids]}
-    wrong = [not is_right(cot[i]) for i in ids]
-    targets = {"CoT's answer wrong": (wrong, [True] * len(ids))}
+    names = list(first[ids[0]][1])
+    scores = {name: [first[i][1][name] for i in ids] for name in names}
+    wrong = [not is_right(base[i]) for i in ids]
+    targets = {f"{unaided}'s answer wrong": (wrong, [True] * len(ids))}
     if always_rows is not None:
         f1 = lambda row: score_record(row)["f1"]
-        helps = [f1(always[i]) > f1(cot[i]) for i in ids]
-        targets["retrieving every step beats CoT's F1"] = (helps, [True] * len(ids))
-        # the same, on CoT's wrong answers only: does U tell the ones retrieval mends from the rest?
-        targets["the same, among CoT's wrong answers"] = (helps, wrong)
-    out = {"n": len(ids), "targets": {}}
+        helps = [f1(always[i]) > f1(base[i]) for i in ids]
+        targets[f"retrieving every step beats {unaided}'s F1"] = (helps, [True] * len(ids))
+        # the same, on the unaided wrong answers only: does the score tell the ones retrieval mends?
+        targets[f"the same, among {unaided}'s wrong answers"] = (helps, wrong)
+    out = {"method": method, "n": len(ids), "differs": len(shared) - len(ids), "targets": {}}
     for target, (hits, among) in targets.items():
         out["targets"][target] = {"positives": sum(h for h, a in zip(hits, among) if a), "signals": {}}
         for name, values in scores.items():

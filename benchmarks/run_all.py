@@ -22,8 +22,9 @@ the cache writes. --no-cache turns it off.
 Writes OUT/table.md (EM, F1, acc, retrieval rate, retrievals, model calls and seconds per question;
 then each run against its method's no-retrieval run (CoT, CtrlA never, Rowen never), question by question,
 with a bootstrap interval: eval.paired_difference; then, for every file in OUT that holds a method's own score beside its unaided answers, that
-signal's AUROC against wrong answers: eval.signals; with a SeaKR run and CoT's, the eigen score of
-each question's first step against CoT's wrong answers and against where retrieving at every step helps:
+signal's AUROC against wrong answers: eval.signals; with a SeaKR run and CoT's (a CtrlA run and its
+never run), SeaKR's eigen score of each question's first step (CtrlA's monitor over its first segment)
+against the unaided run's wrong answers and against where retrieving at every step helps:
 eval.step_signals; and from a seakr-calibrate file, SeaKR's threshold
 by the paper's 5.3 rule and ours: seakr.threshold_table), OUT/figures.json and, if matplotlib is installed (an optional dependency of this command only),
 OUT/f1_vs_retrieval.png: F1 against retrieval rate, one line per method through its thresholds, its
@@ -258,29 +259,46 @@ def paired_text(pairs) -> str:
     return "\n".join(lines)
 
 
-def step_signal(rows) -> tuple[str, dict] | None:
-    """(the SeaKR run it read, eval.step_signals) over the table's rows (answers as read again): the first
-    SeaKR run listed whose steps hold U, against `cot`, and against the "- S.A. Retrieval" ablation where
-    present; None without both a SeaKR run and `cot`."""
+# Each method's first-step signal (eval.step_signals): (its run without retrieval, its run that retrieves
+# at every step, the first's name in the targets, the score's name, the step's name, what is read)
+STEP_RUNS = {"SeaKR": ("cot", "seakr-no-sa-retrieval", "CoT", "U", "step",
+                       "the eigen score U of each question's first reasoning step, and the step's length in words"),
+             "CtrlA": ("ctrla-never", "ctrla-always", "ctrla-never", "the monitor", "segment",
+                       "the confidence monitor over each question's first segment (its trigger, and its lowest "
+                       "token score minus tau), and the segment's length in words")}
+
+
+def step_signal(rows) -> list[tuple[str, str, dict]]:
+    """(method, the run it read, eval.step_signals) per method of STEP_RUNS over the table's rows (answers
+    as read again): the first run of the method listed whose first steps hold its score, against the
+    method's run without retrieval, and against its run that retrieves at every step where present;
+    nothing for a method without both."""
     by_name = {name: run_rows for name, _, _, _, run_rows in rows}
-    if "cot" not in by_name:
-        return None
-    for name, method, _, _, _ in rows:
-        if method == "SeaKR" and name not in ("cot", "ircot", *SIGNAL_RUNS, *LEGACY):
-            found = metrics.step_signals(by_name[name], by_name["cot"], by_name.get("seakr-no-sa-retrieval"))
-            if found:
-                return name, found
-    return None
+    out = []
+    for method, (unaided, always, label, *_) in STEP_RUNS.items():
+        if unaided not in by_name:
+            continue
+        for name, m, _, _, _ in rows:
+            if m == method and name not in ("ircot", unaided, *SIGNAL_RUNS, *LEGACY):
+                found = metrics.step_signals(by_name[name], by_name[unaided], by_name.get(always), unaided=label)
+                if found:
+                    out.append((method, name, found))
+                    break
+    return out
 
 
-def step_signal_text(name: str, found: dict) -> str:
+def step_signal_text(method: str, name: str, found: dict) -> str:
     """eval.step_signals in markdown."""
-    lines = [f"SeaKR's step signal on these questions (`eval.step_signals`, U read from {name}; the first "
-             "step comes before any retrieval and is CoT's first sentence, so every SeaKR run here scores it "
-             "alike): the eigen score U of each question's first reasoning step, and the step's length in "
-             "words, against CoT's answer being wrong and against retrieving at every step (the ablation) "
-             f"beating CoT's F1 (over all {found['n']} questions, then over those CoT gets wrong); AUROC 0.5 = "
-             "no signal.", "",
+    unaided, always, label, score, unit, what = STEP_RUNS[method]
+    first = "CoT" if method == "SeaKR" else unaided
+    against = "the ablation" if method == "SeaKR" else always
+    left = (f" {found['differs']} question(s) whose {first} run does not begin with that {unit} are left out."
+            if found.get("differs") else "")
+    lines = [f"{method}'s step signal on these questions (`eval.step_signals`, {score} read from {name}; the first "
+             f"{unit} comes before any retrieval and is {first}'s first sentence, so every {method} run here "
+             f"scores it alike): {what}, against {label}'s answer being wrong and against retrieving at every "
+             f"{unit} ({against}) beating {label}'s F1 (over all {found['n']} questions, then over those {label} "
+             f"gets wrong); AUROC 0.5 = no signal.{left}", "",
              "| target | questions | signal | AUROC | 95% interval |", "|---|---:|---|---:|---:|"]
     for target, t in found["targets"].items():
         for sig, v in t["signals"].items():
@@ -454,9 +472,9 @@ def main(argv=None):
         table += ("\n\nEach method's own signal against wrong unaided answers (`python eval.py signals "
                   "FILE`; AUROC 0.5 = no signal):\n\n" + metrics.signals_table(signals, markdown=True))
         figures["signals"] = dict(signals)
-    if (step := step_signal(rows)) is not None:
-        table += "\n\n" + step_signal_text(*step)
-        figures["step_signal"] = {"run": step[0], **step[1]}
+    if steps := step_signal(rows):
+        table += "".join("\n\n" + step_signal_text(*step) for step in steps)
+        figures["step_signals"] = {method: {"run": name, **found} for method, name, found in steps}
     if (cal := calibration(a.out)) is not None:
         table += "\n\n" + calibration_text(cal)
         figures["calibration"] = cal

@@ -324,6 +324,47 @@ def test_step_signals_against_cots_wrong_answers_and_where_retrieval_helps():
     # without the always run, only CoT's target; without step scores or shared ids, nothing
     assert list(ev.step_signals(seakr, cot)["targets"]) == ["CoT's answer wrong"]
     assert ev.step_signals(cot, cot) is None and ev.step_signals(seakr, cot[-1:]) is None
+    assert got["method"] == "SeaKR" and got["differs"] == 0
+
+
+def test_step_signals_of_ctrlas_first_segment_against_its_never_run():
+    def seg(text, scores, unconfident=(), trigger=None):
+        return {"segment": text, "trigger": trigger, "tokens": text.split(), "scores": scores,
+                "unconfident_words": list(unconfident)}
+
+    def ctrla(qid, first, prediction="x"):
+        return {"id": qid, "answers": ["Paris"], "prediction": prediction, "retrievals": 1,
+                "trace": {"answer": first["segment"] + " More.", "segments": [first, seg("More.", [-9.0], ["More."])]}}
+
+    def never(qid, prediction, answer):
+        return {"id": qid, "answers": ["Paris"], "prediction": prediction, "retrievals": 0,
+                "trace": {"answer": answer, "segments": [{"segment": answer, "trigger": None}]}}
+    # scores are already minus tau; the always run's "always" trigger is not the monitor's decision
+    rows = [ctrla("a", seg("It is Paris.", [1.0, 0.5, 2.0])),                       # lowest 0.5, no trigger
+            ctrla("b", seg("Lyon it is.", [-1.0, 0.2, 0.3], ["Lyon"], "confidence")),   # lowest -1.0, trigger
+            ctrla("c", seg("I cannot say.", [0.4, 0.6, 0.9], (), "refusal")),         # lowest 0.4, refusal
+            ctrla("d", seg("Nice, two words.", [0.1, -0.5, 0.8], ["Nice,"], "always")),  # lowest -0.5, trigger
+            ctrla("e", seg("Rome.", [3.0]))]                                          # its never run differs
+    base = [never("a", "Paris", "It is Paris. So the answer is Paris."), never("b", "Lyon", "Lyon it is."),
+            never("c", "no idea", "I cannot say. Sorry."), never("d", "Nice", "Nice, two words. Nice."),
+            never("e", "Rome", "Milan.")]
+    always = [{"id": q, "answers": ["Paris"], "prediction": p} for q, p in
+              [("a", "Paris"), ("b", "Paris"), ("c", "no idea"), ("d", "Paris"), ("e", "Paris")]]
+    got = ev.step_signals(rows, base, always, resamples=50, unaided="never-retrieve")
+    assert (got["method"], got["n"], got["differs"]) == ("CtrlA", 4, 1)    # e: "Milan." is not "Rome."
+    wrong = got["targets"]["never-retrieve's answer wrong"]
+    # never wrong: b, c, d. trigger: wrong {1, 1, 1} vs right {0} -> 1.0; -(lowest): wrong {1.0, -0.4,
+    # 0.5} vs right {-0.5} -> 1.0; length: wrong {3, 3, 3} vs right {3} -> ties, 0.5
+    assert wrong["positives"] == 3
+    assert [wrong["signals"][k]["auroc"] for k in (ev.TRIGGER, "-(lowest score - tau)", ev.STEP_LENGTH)] == [1.0, 1.0, 0.5]
+    # the always run beats never's F1 on b and d; among never's wrong answers (b, c, d): -(lowest):
+    # helped {1.0, 0.5} vs not {-0.4} -> 1.0; the trigger: helped {1, 1} vs not {1} -> 0.5
+    among = got["targets"]["the same, among never-retrieve's wrong answers"]
+    assert among["positives"] == 2
+    assert among["signals"]["-(lowest score - tau)"]["auroc"] == 1.0 and among["signals"][ev.TRIGGER]["auroc"] == 0.5
+    # a never run without the monitor's scores gives none; nor does a row that failed
+    assert ev.step_signals(base, base) is None
+    assert ev.first_steps([{"id": "f", "error": "too long"}]) is None
 
 
 def ctrla_row(qid, prediction, segments, retrievals=0):

@@ -225,11 +225,40 @@ def test_table_gives_seakrs_step_signal_from_a_seakr_run_and_cot(tmp_path):
     write(tmp_path / "seakr-delta0.41.jsonl", [seakr_row("1", 2.0, "Rome"), seakr_row("2", -1.0, "Paris")])
     write(tmp_path / "cot.jsonl", [qa("1", "Rome", 0), qa("2", "Paris", 0)])
     run_all.main(["--out", str(tmp_path), "--table-only"])
-    step = json.loads((tmp_path / "figures.json").read_text())["step_signal"]
+    step = json.loads((tmp_path / "figures.json").read_text())["step_signals"]["SeaKR"]
     # CoT wrong on 1 (U 2.0), right on 2 (U -1.0): AUROC 1; no ablation run, so no second target
     assert step["run"] == "seakr-delta0.41" and step["n"] == 2 and list(step["targets"]) == ["CoT's answer wrong"]
     assert step["targets"]["CoT's answer wrong"]["signals"]["eigen score U"]["auroc"] == 1.0
     assert "| CoT's answer wrong | 1 of 2 | eigen score U | 1.000 | 1.00 to 1.00 |" in (tmp_path / "table.md").read_text()
     (tmp_path / "cot.jsonl").unlink()                  # without CoT's answers: no step signal
     run_all.main(["--out", str(tmp_path), "--table-only"])
-    assert "step_signal" not in json.loads((tmp_path / "figures.json").read_text())
+    assert "step_signals" not in json.loads((tmp_path / "figures.json").read_text())
+
+
+def test_table_gives_ctrlas_step_signal_from_its_run_its_never_run_and_its_always_run(tmp_path):
+    def seg(text, scores, unconfident=()):
+        return {"segment": text, "trigger": "confidence" if unconfident else None, "tokens": text.split(),
+                "scores": scores, "unconfident_words": list(unconfident)}
+
+    def row(qid, prediction, retrievals, segments):
+        return {**qa(qid, prediction, retrievals), "trace": {"answer": " ".join(g["segment"] for g in segments),
+                                                             "segments": segments}}
+    write(tmp_path / "ctrla.jsonl", [row("1", "Paris", 1, [seg("Lyon is it.", [-0.5, 1.0], ["Lyon"])]),
+                                     row("2", "Paris", 0, [seg("Paris it is.", [0.7, 0.2])]),
+                                     row("3", "Rome", 0, [seg("Rome.", [0.9])])])
+    never = [{**qa(q, p, 0), "trace": {"answer": a, "segments": [{"segment": a, "trigger": None}]}}
+             for q, p, a in [("1", "Lyon", "Lyon is it. So Lyon."), ("2", "Paris", "Paris it is."), ("3", "Milan", "Milan.")]]
+    write(tmp_path / "ctrla-never.jsonl", never)
+    write(tmp_path / "ctrla-always.jsonl", [qa("1", "Paris", 1), qa("2", "Paris", 1), qa("3", "Rome", 1)])
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    step = json.loads((tmp_path / "figures.json").read_text())["step_signals"]["CtrlA"]
+    # question 3's never run does not begin with "Rome.": left out. Never wrong on 1 (lowest -0.5,
+    # triggered), right on 2 (lowest 0.2): both signals order the pair -> 1.0; always beats never on 1
+    assert (step["run"], step["n"], step["differs"]) == ("ctrla", 2, 1)
+    wrong = step["targets"]["ctrla-never's answer wrong"]["signals"]
+    assert wrong["monitor trigger"]["auroc"] == 1.0 and wrong["-(lowest score - tau)"]["auroc"] == 1.0
+    assert step["targets"]["retrieving every step beats ctrla-never's F1"]["positives"] == 1
+    table = (tmp_path / "table.md").read_text()
+    assert "CtrlA's step signal on these questions (`eval.step_signals`, the monitor read from ctrla" in table
+    assert "1 question(s) whose ctrla-never run does not begin with that segment are left out." in table
+    assert "| ctrla-never's answer wrong | 1 of 2 | monitor trigger | 1.000 |" in table
