@@ -31,7 +31,9 @@ OUT/f1_vs_retrieval.png: F1 against retrieval rate, one line per method through 
 baselines as named squares. SeaKR's answers (its baselines' too) are read again as today's code reads them
 (reread_seakr: runs before 1f32c40 kept answers that run on into a turn the model invents); the table
 says how many changed and whether a step before a question's last would have stopped today's code
-(run_on_steps), and figures.json holds the changed answers (its "reread"), which view.py shows.
+(run_on_steps), and figures.json holds the changed answers (its "reread"), which view.py shows. A run
+file with fewer questions than the directory's longest (a run still going) is left out of all of it and
+named under the table (figures.json: "in_progress").
 
 The default sweeps suit SmolLM2-135M: SeaKR delta 2.5 and 0.8 are about the median and the 25th
 percentile of the step scores of our first 30 HotpotQA questions (default 3.01); CtrlA tau -9.8 and
@@ -198,19 +200,26 @@ def run_on_steps(rows: list[dict]) -> list[str]:
     return out
 
 
-def table_rows(a, reread: dict | None = None, course: dict | None = None) -> list[tuple[str, str, str, dict, list]]:
+def table_rows(a, reread: dict | None = None, course: dict | None = None,
+               in_progress: dict | None = None) -> list[tuple[str, str, str, dict, list]]:
     """(name, method, label, summary, rows) for every run file present, the Rowen rows re-read, the SeaKR
     answers read again (reread_seakr; `reread` gets the changed predictions of each run, `course` the
-    questions of each where the re-reading would have changed the course: run_on_steps)."""
+    questions of each where the re-reading would have changed the course: run_on_steps). A run with fewer
+    questions than the directory's longest (one still running, as the background plan's runs are while
+    their files grow) is left out, and `in_progress` gets its [questions done, of]: a table compares
+    runs over the same questions."""
     import rowen  # here, not at the top: it imports torch through common
     out = []
     named = {**runs(a), **SIGNAL_RUNS, **{n: ("seakr.py", None, m, label) for n, (m, label) in LEGACY.items()}}
+    found = {name: metrics.read_rows(a.out / f"{name}.jsonl") for name in named if (a.out / f"{name}.jsonl").exists()}
+    most = max(map(len, found.values()), default=0)
     for name, (script, _, method, label) in named.items():
-        path = a.out / f"{name}.jsonl"
-        if not path.exists():
+        rows = found.get(name)
+        if not rows:        # no file, or a run that has just started
             continue
-        rows = metrics.read_rows(path)
-        if not rows:        # a run that has just started
+        if len(rows) < most:
+            if in_progress is not None:
+                in_progress[name] = [len(rows), most]
             continue
         if script == "seakr.py" and name not in SIGNAL_RUNS:
             rows, changed = reread_seakr(rows)
@@ -435,14 +444,17 @@ def main(argv=None):
         start = time.time()
         run_all(list(runs(a)), a)
         print(f"all runs: {time.time() - start:.0f} s wall clock")
-    reread, course = {}, {}
+    reread, course, in_progress = {}, {}, {}
     try:
-        rows = table_rows(a, reread, course)
+        rows = table_rows(a, reread, course, in_progress)
     except ValueError as e:
         raise SystemExit(f"error: {e}")
     if not rows:
         raise SystemExit(f"error: no run files in {a.out}")
     table = metrics.format_table([(label, s) for _, _, label, s, _ in rows], markdown=True, first="run")
+    if in_progress:
+        table += ("\n\nLeft out, with fewer questions than the runs above (still running, or run on fewer): "
+                  + ", ".join(f"{name} ({k} of {n})" for name, (k, n) in in_progress.items()) + ".")
     if reread or course:
         n = {name: s["n"] for name, _, _, s, _ in rows}
         table += ("\n\nSeaKR's answers (its baselines' too) are read again here as today's code reads them "
@@ -459,6 +471,8 @@ def main(argv=None):
                   + "; ".join(f"{name}: {', '.join(ids)}" for name, ids in course.items()) + ".")
     total = sum(s["sec_per_q"] * s["n"] for name, _, _, s, _ in rows if name in runs(a) or name in SIGNAL_RUNS)
     figures = {name: s for name, _, _, s, _ in rows}
+    if in_progress:
+        figures["in_progress"] = in_progress
     if reread:
         figures["reread"] = reread
     if course:

@@ -173,7 +173,7 @@ def test_table_reads_seakr_answers_again(tmp_path):
     # a run made before the run-on cut: "Paris.Human: ..." is read as "Paris" (EM 1), the run file unchanged
     write(tmp_path / "ircot.jsonl", [qa("1", "Paris.Human: Given the context, what is", 1), qa("2", "Rome", 1)])
     write(tmp_path / "cot.jsonl", [qa("1", "Paris", 0), qa("2", "", 0)])
-    write(tmp_path / "ctrla-never.jsonl", [qa("1", "Paris.Human: What", 0)])     # not SeaKR's: as run
+    write(tmp_path / "ctrla-never.jsonl", [qa("1", "Paris.Human: What", 0), qa("2", "Rome", 0)])  # not SeaKR's: as run
     write(tmp_path / "seakr-no-sa-retrieval.jsonl", [])                             # just started: no row
     run_all.main(["--out", str(tmp_path), "--table-only"])
     figures = json.loads((tmp_path / "figures.json").read_text())
@@ -202,10 +202,10 @@ def test_a_step_before_the_last_that_runs_on_is_named(tmp_path):
                       chosen="c2"),
                  step("So the answer is Paris.Human: Who")]}}]
     write(tmp_path / "ircot.jsonl", ircot)
-    write(tmp_path / "seakr-delta0.41.jsonl", seakr)
+    write(tmp_path / "seakr-delta0.41.jsonl", seakr + [qa("5", "Paris", 0)])   # as many questions as ircot
     # a run whose answers all ended cleanly, but a step before the last ran on: checked too
     write(tmp_path / "cot.jsonl", [{**qa("4", "Rome", 0), "trace": {"steps": [
-        step("So the answer is Paris.Human: Where"), step("So the answer is Rome")]}}])
+        step("So the answer is Paris.Human: Where"), step("So the answer is Rome")]}}, qa("6", "Paris", 0)])
     run_all.main(["--out", str(tmp_path), "--table-only"])
     figures = json.loads((tmp_path / "figures.json").read_text())
     assert figures["run_on_steps"] == {"seakr-delta0.41": ["2"], "cot": ["4"], "ircot": ["1"]}
@@ -262,3 +262,19 @@ def test_table_gives_ctrlas_step_signal_from_its_run_its_never_run_and_its_alway
     assert "CtrlA's step signal on these questions (`eval.step_signals`, the monitor read from ctrla" in table
     assert "1 question(s) whose ctrla-never run does not begin with that segment are left out." in table
     assert "| ctrla-never's answer wrong | 1 of 2 | monitor trigger | 1.000 |" in table
+
+
+def test_table_leaves_out_a_run_still_running_and_says_so(tmp_path):
+    write(tmp_path / "cot.jsonl", [qa("1", "Paris", 0), qa("2", "Rome", 0), qa("3", "Paris", 0)])
+    write(tmp_path / "ircot.jsonl", [qa("1", "Paris", 1)])           # 1 of the 3 questions so far
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert "ircot" not in figures and figures["in_progress"] == {"ircot": [1, 3]}
+    assert figures["cot"]["n"] == 3
+    table = (tmp_path / "table.md").read_text()
+    assert "Left out, with fewer questions than the runs above (still running, or run on fewer): ircot (1 of 3)." in table
+    assert "| IRCoT" not in table
+    write(tmp_path / "ircot.jsonl", [qa(q, "Paris", 1) for q in "123"])   # done: in the table
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert "in_progress" not in figures and figures["ircot"]["n"] == 3
