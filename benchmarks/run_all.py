@@ -449,26 +449,36 @@ def main(argv=None):
         rows = table_rows(a, reread, course, in_progress)
     except ValueError as e:
         raise SystemExit(f"error: {e}")
-    if not rows:
+    # the files that hold a method's own score beside its unaided answers (any name: the verifier runs
+    # of Rowen's item 4 too), a file with fewer questions than the directory's longest left out as above
+    files = {path.stem: metrics.read_rows(path) for path in sorted(a.out.glob("*.jsonl"))}
+    most = max(map(len, files.values()), default=0)
+    signals = []
+    for name, file_rows in files.items():
+        if (found := metrics.signals(file_rows)) and len(file_rows) < most:
+            in_progress.setdefault(name, [len(file_rows), most])
+        elif found:
+            signals.append((name, found))
+    if not rows and not signals:
         raise SystemExit(f"error: no run files in {a.out}")
-    table = metrics.format_table([(label, s) for _, _, label, s, _ in rows], markdown=True, first="run")
+    parts = [metrics.format_table([(label, s) for _, _, label, s, _ in rows], markdown=True, first="run")] if rows else []
     if in_progress:
-        table += ("\n\nLeft out, with fewer questions than the runs above (still running, or run on fewer): "
-                  + ", ".join(f"{name} ({k} of {n})" for name, (k, n) in in_progress.items()) + ".")
+        parts.append("Left out, with fewer questions than the other runs here (still running, or run on fewer): "
+                     + ", ".join(f"{name} ({k} of {n})" for name, (k, n) in in_progress.items()) + ".")
     if reread or course:
         n = {name: s["n"] for name, _, _, s, _ in rows}
-        table += ("\n\nSeaKR's answers (its baselines' too) are read again here as today's code reads them "
-                  "(seakr.cut_answer: up to the first sentence end or a period with a capitalised word right after "
-                  "it, where the model runs on into a turn of its own, \"1860.Human: Given the context, ...\", "
-                  "which code before 1f32c40 kept): "
-                  + (", ".join(f"{name} {len(k)} of {n[name]}" for name, k in reread.items()) or "no")
-                  + " predictions changed; the run files keep them as run.")
-        table += (" No step that a loop kept before its question's last names an answer that runs on "
-                  "(run_on_steps), so today's code would have stopped at the same step: the reading changes "
-                  "answers, not the course of a question." if not course else
-                  " In these questions a step kept before the last names an answer that runs on, where today's "
-                  "code would have stopped (run_on_steps), so the answer read again is not what it would give: "
-                  + "; ".join(f"{name}: {', '.join(ids)}" for name, ids in course.items()) + ".")
+        parts.append("SeaKR's answers (its baselines' too) are read again here as today's code reads them "
+                     "(seakr.cut_answer: up to the first sentence end or a period with a capitalised word right "
+                     "after it, where the model runs on into a turn of its own, \"1860.Human: Given the context, "
+                     "...\", which code before 1f32c40 kept): "
+                     + (", ".join(f"{name} {len(k)} of {n[name]}" for name, k in reread.items()) or "no")
+                     + " predictions changed; the run files keep them as run."
+                     + (" No step that a loop kept before its question's last names an answer that runs on "
+                        "(run_on_steps), so today's code would have stopped at the same step: the reading changes "
+                        "answers, not the course of a question." if not course else
+                        " In these questions a step kept before the last names an answer that runs on, where "
+                        "today's code would have stopped (run_on_steps), so the answer read again is not what it "
+                        "would give: " + "; ".join(f"{name}: {', '.join(ids)}" for name, ids in course.items()) + "."))
     total = sum(s["sec_per_q"] * s["n"] for name, _, _, s, _ in rows if name in runs(a) or name in SIGNAL_RUNS)
     figures = {name: s for name, _, _, s, _ in rows}
     if in_progress:
@@ -478,25 +488,24 @@ def main(argv=None):
     if course:
         figures["run_on_steps"] = course
     if pairs := paired_rows(rows):
-        table += "\n\n" + paired_text(pairs)
+        parts.append(paired_text(pairs))
         figures["paired"] = [{"run": label, "against": base, **d} for label, base, d in pairs]
-    signals = [(path.stem, found) for path in sorted(a.out.glob("*.jsonl"))
-               if (found := metrics.signals(metrics.read_rows(path)))]
-    if signals:   # the files that hold a method's own score beside its unaided answers
-        table += ("\n\nEach method's own signal against wrong unaided answers (`python eval.py signals "
-                  "FILE`; AUROC 0.5 = no signal):\n\n" + metrics.signals_table(signals, markdown=True))
+    if signals:
+        parts.append("Each method's own signal against wrong unaided answers (`python eval.py signals FILE`; "
+                     "AUROC 0.5 = no signal):\n\n" + metrics.signals_table(signals, markdown=True))
         figures["signals"] = dict(signals)
     if steps := step_signal(rows):
-        table += "".join("\n\n" + step_signal_text(*step) for step in steps)
+        parts += [step_signal_text(*step) for step in steps]
         figures["step_signals"] = {method: {"run": name, **found} for method, name, found in steps}
     if (cal := calibration(a.out)) is not None:
-        table += "\n\n" + calibration_text(cal)
+        parts.append(calibration_text(cal))
         figures["calibration"] = cal
+    table = "\n\n".join(parts)
     (a.out / "table.md").write_text(table + "\n")
     (a.out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
     print(table)
     print(f"model time of the runs: {total / 3600:.2f} h (sum of per-question seconds)")
-    if plot(rows, a.out / "f1_vs_retrieval.png", f"{a.out.name}, {rows[0][3]['n']} questions"):
+    if rows and plot(rows, a.out / "f1_vs_retrieval.png", f"{a.out.name}, {rows[0][3]['n']} questions"):
         print(f"plot: {a.out / 'f1_vs_retrieval.png'}")
 
 

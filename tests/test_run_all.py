@@ -272,9 +272,32 @@ def test_table_leaves_out_a_run_still_running_and_says_so(tmp_path):
     assert "ircot" not in figures and figures["in_progress"] == {"ircot": [1, 3]}
     assert figures["cot"]["n"] == 3
     table = (tmp_path / "table.md").read_text()
-    assert "Left out, with fewer questions than the runs above (still running, or run on fewer): ircot (1 of 3)." in table
+    assert "Left out, with fewer questions than the other runs here (still running, or run on fewer): ircot (1 of 3)." in table
     assert "| IRCoT" not in table
     write(tmp_path / "ircot.jsonl", [qa(q, "Paris", 1) for q in "123"])   # done: in the table
     run_all.main(["--out", str(tmp_path), "--table-only"])
     figures = json.loads((tmp_path / "figures.json").read_text())
     assert "in_progress" not in figures and figures["ircot"]["n"] == 3
+
+
+def test_table_of_a_directory_of_signal_files_only_such_as_rowens_verifier_runs(tmp_path):
+    # three --never-retrieve runs of the same questions, one per verifier (names run_all does not run)
+    write(tmp_path / "rowen-v-a.jsonl", [rowen_row("1", 1.0, 0.0, "Paris", "Paris"), rowen_row("2", 0.5, 0.0, "Rome", "Rome")])
+    write(tmp_path / "rowen-v-b.jsonl", [rowen_row("1", 1.0, 0.9, "Paris", "Paris"), rowen_row("2", 0.5, 0.2, "Rome", "Rome")])
+    write(tmp_path / "rowen-v-c.jsonl", [rowen_row("1", 1.0, 0.9, "Paris", "Paris")])       # still running
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert set(figures["signals"]) == {"rowen-v-a", "rowen-v-b"} and figures["in_progress"] == {"rowen-v-c": [1, 2]}
+    # -Z_CM, higher = less sure: wrong (2, Rome) vs right (1): verifier a gives both 0 (a tie: 0.5),
+    # b gives -0.2 against -0.9 (1.0)
+    assert figures["signals"]["rowen-v-a"]["signals"]["-Z_CM"]["auroc"] == 0.5
+    assert figures["signals"]["rowen-v-b"]["signals"]["-Z_CM"]["auroc"] == 1.0
+    table = (tmp_path / "table.md").read_text()
+    assert table.startswith("Left out, with fewer questions than the other runs here (still running, or run on "
+                            "fewer): rowen-v-c (1 of 2).")
+    assert "| rowen-v-b | Rowen | -Z_CM | 2 | 1 | 1.000 |" in table
+    assert not (tmp_path / "f1_vs_retrieval.png").exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(SystemExit, match="no run files"):
+        run_all.main(["--out", str(empty), "--table-only"])
