@@ -67,6 +67,11 @@ Differs from the official code in:
   known abbreviation; or a newline), not by spaCy; decoding stops at the first sentence end instead of
   decoding 64 tokens and discarding all but the first sentence (the same text, greedy: a pause at a
   false end resumes from the token ids, never from re-encoded text);
+- a sentence that ends its line keeps the line break the model wrote, and the next sentence follows it
+  with no space (joined; official: every sentence stripped and joined with " "): a reply cut after "Let's
+  go step by step:" then ends on ":" where the model wrote ":\n", and Qwen2.5-Coder-1.5B ends its turn
+  there, answering nothing (2 of the first 14 HotpotQA questions at 062262b, the baseline table's pinned
+  commit; with the line break kept it goes on with "1. ...");
 - the monitored text is prompt + segment joined as the next prompt joins them (append: no space after
   a newline; official: always " "); the segment's tokens are those whose characters reach into it
   (official: the last len(tokenize(segment)) tokens), each mapped to the whitespace words it overlaps;
@@ -500,7 +505,9 @@ def caq_query(question: str, segment: str, flagged) -> str:
 
 
 def first_sentence(text: str) -> tuple[str, bool]:
-    """(the first sentence that is not only punctuation, whether a sentence boundary ended it)."""
+    """(the first sentence that is not only punctuation, whether a sentence boundary ended it). A sentence
+    that ends its line keeps the line break(s) the model wrote after it, so that the next prompt goes on
+    where the model's text did (joined)."""
     start = 0
     for m in _BOUNDARY.finditer(text):
         before = text[start:m.start()].split()
@@ -510,7 +517,8 @@ def first_sentence(text: str) -> tuple[str, bool]:
             continue  # "Dr. Smith", "U.S. Army", "John F. Kennedy", a list's "3. "
         sentence = text[start:m.end()].strip()
         if any(c.isalnum() for c in sentence):
-            return sentence, True
+            space = re.match(r"\s*", text[m.start() if m.group() == "\n" else m.end():]).group()
+            return sentence + space[:space.rfind("\n") + 1], True
         start = m.end()
     rest = text[start:].strip()
     return (rest if any(c.isalnum() for c in rest) else ""), False
@@ -632,12 +640,20 @@ def build_prompt(tok, task: str, question: str, docs=(), gen=(), honesty=False) 
     else:
         user = f"{contents}Question: {question}"
         system = INSTRUCTIONS[task].format(date=today()) + (" " + HONESTY_PROMPT if honesty else "")
-    return append(common.chat_prompt(tok, user, system=system), " ".join(gen))
+    return append(common.chat_prompt(tok, user, system=system), joined(gen))
 
 
 def append(text: str, sentence: str) -> str:
     """Text + sentence, with a space unless the text ends in whitespace (a chat turn's "\\n")."""
     return text + ("" if not sentence or text[-1:].isspace() else " ") + sentence
+
+
+def joined(sentences) -> str:
+    """The accepted sentences as one text: a space between two, none after one that ends its line."""
+    text = ""
+    for sentence in sentences:
+        text = append(text, sentence) if text else sentence
+    return text
 
 
 # ----------------------------------------------------------------------------------------------
@@ -802,7 +818,7 @@ def solve(run: Run, rec: dict) -> dict:
     budget = s.answer_tokens or ANSWER_TOKENS.get("multihop" if task in MULTIHOP else task, DEFAULT_TOKENS)
     run.calls, run.cache = 0, None
     gen, docs, steps, triggers, refusals = [], [], [], 0, 0
-    while len(tok(" ".join(gen), add_special_tokens=False)["input_ids"]) < budget and refusals <= MAX_REFUSALS:
+    while len(tok(joined(gen), add_special_tokens=False)["input_ids"]) < budget and refusals <= MAX_REFUSALS:
         prompt = build_prompt(tok, task, question, docs, gen, s.honesty_prompt)
         seg, done = next_segment(run, prompt)
         if not seg or seg in gen[-2:]:  # nothing more to say, or a repetition [official]
@@ -838,9 +854,9 @@ def solve(run: Run, rec: dict) -> dict:
             break
         if kind == "popqa":  # official --continue_gen_without_contents (PopQA runs only)
             docs = []
-    text = " ".join(gen)
+    text = joined(gen)
     rounds = sum(len(g.get("rounds", ())) for g in steps)
-    return {"prediction": extract_answer(text) if task in MULTIHOP else text, "retrievals": triggers,
+    return {"prediction": extract_answer(text) if task in MULTIHOP else text.strip(), "retrievals": triggers,
             "model_calls": run.calls, "trace": {"task": task, "answer": text, "search_rounds": rounds,
                                                 "refusals": refusals, "segments": steps}}
 

@@ -376,6 +376,14 @@ def test_first_sentence_and_answer():
     assert ctrla.first_sentence("\n. Paris is nice") == ("Paris is nice", False)
     assert ctrla.first_sentence("...") == ("", False)
     assert ctrla.first_sentence("3. The Moon is far. Yes") == ("3. The Moon is far.", True)
+    # a sentence that ends its line keeps the line break the model wrote (the spaces after it go)
+    assert ctrla.first_sentence("I'll go step by step:\n1. Find it.") == ("I'll go step by step:\n", True)
+    assert ctrla.first_sentence("It is Paris.\n\n  Next") == ("It is Paris.\n\n", True)
+    assert ctrla.first_sentence("It is Paris. \nNext") == ("It is Paris. \n", True)  # up to the last line break
+    assert ctrla.first_sentence("It is Paris.  Next") == ("It is Paris.", True)      # no line break: joined by " "
+    # and the next sentence follows it with no space: the text as the model wrote it
+    assert ctrla.joined(["Steps:\n", "1. Find it.", "2. Say it.\n", "Done."]) == "Steps:\n1. Find it. 2. Say it.\nDone."
+    assert ctrla.joined([]) == ""
     assert ctrla.extract_answer("They are both producers. So the answer is producer.") == "producer"
     assert ctrla.clean_query(' Search query: "Who built it?"\nmore') == "Who built it?"
 
@@ -515,6 +523,8 @@ def test_accepted_sentences_extend_the_prompt_by_their_own_tokens(kind, sp_tok, 
     assert tok.convert_ids_to_tokens(b[len(a):]) == tok.tokenize(FILM)
     space = "" if kind == "sentencepiece" else " "     # SentencePiece marks a word start itself
     assert tok.convert_ids_to_tokens(c[len(b):]) == tok.tokenize(space + second)
+    # a sentence that ended its line keeps the line break, and the next follows it with no space
+    assert ctrla.build_prompt(tok, "short", "Who directed it?", gen=["Steps:\n", FILM]).endswith("Steps:\n" + FILM)
 
 
 def test_docstring_states_the_divergences():
@@ -532,7 +542,7 @@ def test_docstring_states_the_divergences():
                    "none of the official eval_data/facts_true_false.csv",
                    "--honesty-data FILE --confidence-data FILE",
                    "cut from the token ids of persona + statement", "keeps the question as the first query",
-                   "7th refusal ends the answer"]:
+                   "7th refusal ends the answer", "keeps the line break"]:
         assert phrase in " ".join(differs.split()), phrase
 
 
