@@ -68,10 +68,10 @@ Differs from the official code in:
   decoding 64 tokens and discarding all but the first sentence (the same text, greedy: a pause at a
   false end resumes from the token ids, never from re-encoded text);
 - a sentence that ends its line keeps the line break the model wrote, and the next sentence follows it
-  with no space (joined; official: every sentence stripped and joined with " "): a reply cut after "Let's
-  go step by step:" then ends on ":" where the model wrote ":\n", and Qwen2.5-Coder-1.5B ends its turn
-  there, answering nothing (2 of the first 14 HotpotQA questions at 062262b, the baseline table's pinned
-  commit; with the line break kept it goes on with "1. ...");
+  with no space (joined; official: every sentence stripped and joined with " "): a reply cut after "I'll
+  analyze each option step-by-step:" then ends on ":" where the model wrote ":\n", and
+  Qwen2.5-Coder-1.5B ends its turn there, its answer that one sentence (HotpotQA questions of the
+  baseline table's CtrlA run, made before this: results/README.md); with the break it goes on "1. ...";
 - the monitored text is prompt + segment joined as the next prompt joins them (append: no space after
   a newline; official: always " "); the segment's tokens are those whose characters reach into it
   (official: the last len(tokenize(segment)) tokens), each mapped to the whitespace words it overlaps;

@@ -530,8 +530,8 @@ def step_signals(method_rows, unaided_rows, always_rows=None, resamples=1000, un
     decoded as the unaided run decodes its first sentence (SeaKR's greedy step is CoT's first sentence;
     CtrlA's steered segment is its never-retrieve run's first), so every run of the method scores it
     alike; a question whose unaided generation (where its trace holds it) does not begin with that step
-    is left out and counted (`differs`). `unaided` names the unaided run in the targets. Questions present in every file given,
-    failed rows left out; None when none is, or the rows hold no first-step score."""
+    is left out and counted (`differs`). `unaided` names the unaided run in the targets. Questions present
+    in every file given, failed rows left out; None when none is, or the rows hold no first-step score."""
     ok = lambda rows: {str(r["id"]): r for r in rows or () if "error" not in r and "id" in r}
     found, base, always = first_steps(method_rows), ok(unaided_rows), ok(always_rows)
     if found is None:

@@ -298,13 +298,12 @@ def step_signal(rows) -> list[tuple[str, str, dict]]:
 
 def step_signal_text(method: str, name: str, found: dict) -> str:
     """eval.step_signals in markdown."""
-    unaided, always, label, score, unit, what = STEP_RUNS[method]
-    first = "CoT" if method == "SeaKR" else unaided
+    _, always, label, score, unit, what = STEP_RUNS[method]
     against = "the ablation" if method == "SeaKR" else always
-    left = (f" {found['differs']} question(s) whose {first} run does not begin with that {unit} are left out."
+    left = (f" {found['differs']} question(s) whose {label} run does not begin with that {unit} are left out."
             if found.get("differs") else "")
     lines = [f"{method}'s step signal on these questions (`eval.step_signals`, {score} read from {name}; the first "
-             f"{unit} comes before any retrieval and is {first}'s first sentence, so every {method} run here "
+             f"{unit} comes before any retrieval and is {label}'s first sentence, so every {method} run here "
              f"scores it alike): {what}, against {label}'s answer being wrong and against retrieving at every "
              f"{unit} ({against}) beating {label}'s F1 (over all {found['n']} questions, then over those {label} "
              f"gets wrong); AUROC 0.5 = no signal.{left}", "",
