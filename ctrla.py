@@ -62,7 +62,8 @@ Differs from the official code in:
   rewrite instruction asks for a query "for search engine and dense retriever";
 - multi-hop QA (no official code): DRAGIN's CoT exemplars as shipped for SeaKR, 4-shot, stop at
   "the answer is" or 128 tokens; the top 3 passages in total (paper C.5), taken rank by rank across
-  [question, TVQ query]; FreshQA does not retrieve before generating (as Alg. 1 / 3; official does);
+  [question, TVQ query]; a chain that names no answer gets DRAGIN's evaluation's forced answer
+  (force_answer); FreshQA does not retrieve before generating (as Alg. 1 / 3; official does);
 - sentences are split by a rule (., ! or ? before whitespace, not after an initial, a list number or a
   known abbreviation; or a newline), not by spaCy; decoding stops at the first sentence end instead of
   decoding 64 tokens and discarding all but the first sentence (the same text, greedy: a pause at a
@@ -102,6 +103,7 @@ import random
 import re
 import string
 import sys
+import time
 import unicodedata
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -111,6 +113,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import torch
 
 import common
+import eval as metrics
 
 InputError = common.InputError
 
@@ -136,6 +139,9 @@ BARE_QUESTION_AT = 6    # the 6th refusal searches with the bare question [offic
 ANSWER_TOKENS = {"asqa": 130, "bio": 300, "multihop": 128}  # [official run.sh; multi-hop: ours]
 DEFAULT_TOKENS = 1024   # PopQA / TriviaQA / FreshQA answer budget [official run.sh]
 N_SHOT = 4              # CoT exemplars on multi-hop QA [ours; DRAGIN's exemplars, shared with SeaKR]
+FORCED_TOKENS = 20      # a multi-hop chain with no answer: " So the answer is" + 20 greedy tokens
+                        # [DRAGIN eval.py regenerate_answer, the evaluation CtrlA follows (paper C.2)]
+FORCE_CUT = ("Question:", "#10000000", "Note:")   # the chain is cut at these [DRAGIN regenerate_answer]
 HONESTY_FILE = common.DATA_DIR / "ctrla_honesty.csv"
 CONFIDENCE_FILE = common.DATA_DIR / "ctrla_confidence.csv"
 CHECK_FILE = common.DATA_DIR / "ctrla_feature_check.json"
@@ -530,6 +536,40 @@ def extract_answer(text: str) -> str:
     return m.group(1).split("\n")[0].strip().rstrip(".").strip() if m else text.strip()
 
 
+def cut_chain(text: str) -> str:
+    """A chain as DRAGIN's evaluation reads it: cut at the first of FORCE_CUT that is not its first character."""
+    for word in FORCE_CUT:
+        pos = text.find(word)
+        if pos > 0:
+            text = text[:pos]
+    return text
+
+
+def forced_reply(text: str, continuation: str) -> str:
+    """The answer text after a forced answer: the cut chain, " So the answer is", the model's continuation,
+    all cut again at FORCE_CUT anywhere [DRAGIN regenerate_answer]."""
+    chain = cut_chain(text).rstrip()
+    full = (f"{chain} So the answer is" if chain else "So the answer is") + continuation
+    for word in FORCE_CUT:
+        if (pos := full.find(word)) != -1:
+            full = full[:pos]
+    return full
+
+
+def force_answer(model, tok, task: str, question: str, text: str) -> str | None:
+    """DRAGIN's answer regeneration [eval.py regenerate_answer], which the paper's multi-hop results
+    follow (C.2): a chain that names no answer ("the answer is") gets " So the answer is" and 20 greedy
+    tokens of the plain model, prompted with the exemplars, the question and the chain, no passages.
+    Returns the continuation (None where the chain names its answer). Divergences: the prompt is the
+    run's chat prompt (official: the few-shot text); no trailing space after "is" (a lone space token
+    that BPE models rarely see before a word); unsteered, as DRAGIN's evaluation loads the plain model."""
+    if _ANSWER_IS.search(cut_chain(text)):
+        return None
+    reply = forced_reply(text, "")
+    g = common.greedy(model, tok, build_prompt(tok, task, question, gen=[reply]), max_new_tokens=FORCED_TOKENS)
+    return g.text
+
+
 def clean_query(text: str) -> str:
     """A generated query's first line without a "Search query:" label or quotes."""
     text = re.sub(r"^(generated )?(search )?query:\s*", "", text.strip().split("\n")[0], flags=re.IGNORECASE)
@@ -856,9 +896,82 @@ def solve(run: Run, rec: dict) -> dict:
             docs = []
     text = joined(gen)
     rounds = sum(len(g.get("rounds", ())) for g in steps)
-    return {"prediction": extract_answer(text) if task in MULTIHOP else text.strip(), "retrievals": triggers,
-            "model_calls": run.calls, "trace": {"task": task, "answer": text, "search_rounds": rounds,
-                                                "refusals": refusals, "segments": steps}}
+    trace = {"task": task, "answer": text, "search_rounds": rounds, "refusals": refusals, "segments": steps}
+    if task not in MULTIHOP:
+        return {"prediction": text.strip(), "retrievals": triggers, "model_calls": run.calls, "trace": trace}
+    trace["forced"] = force_answer(run.model, tok, task, question, text)   # outside the steering
+    run.calls += trace["forced"] is not None
+    return {"prediction": multihop_prediction(text, trace["forced"]), "retrievals": triggers,
+            "model_calls": run.calls, "trace": trace}
+
+
+def multihop_prediction(text: str, forced: str | None) -> str:
+    """The answer of a multi-hop chain: after its "the answer is", or after the forced one's."""
+    return extract_answer(text if forced is None else forced_reply(text, forced))
+
+
+def side_file(run_file: Path) -> Path:
+    """Where --force-answers keeps a run file's forced answers: RUN.forced.jsonl beside RUN.jsonl."""
+    return run_file.with_name(run_file.stem + ".forced.jsonl")
+
+
+def with_forced(rows: list[dict], forced: list[dict]) -> tuple[list[dict], int]:
+    """A run's rows read with the forced answers of its side file (force_run): each multi-hop row without
+    one of its own whose chain names no answer takes its forced answer, one model call and its seconds;
+    the others stay as run. Returns the rows and how many took one."""
+    by_id, out, n = {f["id"]: f for f in forced}, [], 0
+    for r in rows:
+        f, trace = by_id.get(r["id"]), r.get("trace", {})
+        if f is None or f["forced"] is None or not needs_forcing(r):
+            out.append(r)
+            continue
+        out.append({**r, "prediction": multihop_prediction(trace["answer"], f["forced"]),
+                    "model_calls": r.get("model_calls", 0) + 1, "seconds": r.get("seconds", 0) + f["seconds"],
+                    "trace": {**trace, "forced": f["forced"]}})
+        n += 1
+    return out, n
+
+
+def needs_forcing(row: dict) -> bool:
+    """A multi-hop row whose chain names no answer and that has no forced answer of its own."""
+    trace = row.get("trace", {})
+    return (trace.get("task") in MULTIHOP and "forced" not in trace
+            and not _ANSWER_IS.search(cut_chain(trace.get("answer", ""))))
+
+
+def to_force(path: Path, model: str) -> list[dict]:
+    """The rows of a run file that --force-answers computes (see force_run); InputError for a bad file."""
+    try:
+        rows = metrics.read_rows(path)
+        done = {r["id"] for r in metrics.read_rows(side_file(path))} if side_file(path).exists() else set()
+    except ValueError as e:
+        raise InputError(f"--force-answers: {e}") from None
+    if not rows or any("trace" not in r or "question" not in r for r in rows):
+        raise InputError(f"--force-answers {path}: not a CtrlA run file (rows with question and trace)")
+    settings = path.with_name(path.stem + ".settings.json")
+    if settings.exists() and (run_model := json.loads(settings.read_text()).get("--model")) not in (None, model):
+        raise InputError(f"--force-answers {path}: the run's model is {run_model}; pass --model {run_model}")
+    todo = [r for r in rows if needs_forcing(r) and r["id"] not in done]
+    print(f"{path}: {len(rows)} rows, {len(todo)} to force ({len(done)} already in {side_file(path).name})",
+          file=sys.stderr)
+    return todo
+
+
+def force_run(model, tok, path: Path, todo: list[dict]) -> Path:
+    """--force-answers: DRAGIN's evaluation pass over a run file made before solve() forced answers
+    itself. Each multi-hop row whose chain names no answer and has no forced one (to_force) gets
+    force_answer's continuation, written as {id, forced, seconds, cpu} to the side file RUN.forced.jsonl
+    as it comes (a row already there is not computed again); the run file itself is never changed.
+    benchmarks/run_all.py reads the two together (with_forced)."""
+    side = side_file(path)
+    with open(side, "a", encoding="utf-8") as f:
+        for r in todo:
+            start = time.perf_counter()
+            forced = force_answer(model, tok, r["trace"]["task"], r["question"], r["trace"]["answer"])
+            f.write(json.dumps({"id": r["id"], "forced": forced, "seconds": round(time.perf_counter() - start, 3),
+                                "cpu": common.CPU}) + "\n")
+            f.flush()
+    return side
 
 
 # ----------------------------------------------------------------------------------------------
@@ -913,6 +1026,10 @@ def main(argv=None):
     p.add_argument("--max-new-tokens", type=int, help="answer budget (default: per dataset, as official)")
     p.add_argument("--task", choices=["short", "asqa", "bio", "freshqa", *MULTIHOP],
                    help="prompt family (default: from the dataset)")
+    p.add_argument("--force-answers", metavar="RUN", type=Path,
+                   help="DRAGIN's evaluation pass over a multi-hop run file made before this code forced "
+                   "answers itself: the chains that name no answer get one (' So the answer is' + 20 "
+                   "tokens), written to RUN.forced.jsonl beside it; then exit")
     p.add_argument("--check-features", action="store_true",
                    help="report the features' accuracy per layer range (paper 5.2) and exit")
     args = p.parse_args(argv)
@@ -922,6 +1039,13 @@ def main(argv=None):
                  always=args.always_retrieve, act=not args.monitor_only, honesty_prompt=args.honesty_prompt,
                  answer_tokens=args.max_new_tokens, task=args.task)
     name = run_name(args, s)
+    if args.force_answers:
+        common.check_inputs(args)       # --dtype, --linear, --device
+        todo = to_force(args.force_answers, args.model)
+        if todo:
+            model, tok = common.load_model(args.model, args.dtype, args.device)
+            print(f"wrote {force_run(model, tok, args.force_answers, todo)}", file=sys.stderr)
+        return
     # bad input fails here, before the model loads (and a run with nothing left to do stops here)
     common.check_inputs(args, None if args.check_features else name, __file__)
     honesty_file, confidence_file = args.honesty_data or HONESTY_FILE, args.confidence_data or CONFIDENCE_FILE

@@ -201,14 +201,17 @@ def run_on_steps(rows: list[dict]) -> list[str]:
 
 
 def table_rows(a, reread: dict | None = None, course: dict | None = None,
-               in_progress: dict | None = None) -> list[tuple[str, str, str, dict, list]]:
+               in_progress: dict | None = None, forced: dict | None = None) -> list[tuple[str, str, str, dict, list]]:
     """(name, method, label, summary, rows) for every run file present, the Rowen rows re-read, the SeaKR
     answers read again (reread_seakr; `reread` gets the changed predictions of each run, `course` the
     questions of each where the re-reading would have changed the course: run_on_steps). A run with fewer
     questions than the directory's longest (one still running, as the background plan's runs are while
     their files grow) is left out, and `in_progress` gets its [questions done, of]: a table compares
-    runs over the same questions."""
-    import rowen  # here, not at the top: it imports torch through common
+    runs over the same questions. A CtrlA run's multi-hop chains that name no answer take the forced
+    answers of its side file (ctrla.with_forced); `forced` gets [rows that took one, rows still without]
+    per CtrlA run that has such chains."""
+    import ctrla  # here, not at the top: they import torch through common
+    import rowen
     out = []
     named = {**runs(a), **SIGNAL_RUNS, **{n: ("seakr.py", None, m, label) for n, (m, label) in LEGACY.items()}}
     found = {name: metrics.read_rows(a.out / f"{name}.jsonl") for name in named if (a.out / f"{name}.jsonl").exists()}
@@ -227,6 +230,12 @@ def table_rows(a, reread: dict | None = None, course: dict | None = None,
                 reread[name] = changed
             if course is not None and (ids := run_on_steps(rows)):
                 course[name] = ids      # checked in every run: a step may run on where no answer does
+        if script == "ctrla.py":
+            side = ctrla.side_file(a.out / f"{name}.jsonl")
+            rows, took = ctrla.with_forced(rows, metrics.read_rows(side)) if side.exists() else (rows, 0)
+            left = sum(map(ctrla.needs_forcing, rows))
+            if forced is not None and (took or left):
+                forced[name] = [took, left]
         if name != HYBRID:
             out.append((name, method, label, rows))
             continue
@@ -443,14 +452,15 @@ def main(argv=None):
         start = time.time()
         run_all(list(runs(a)), a)
         print(f"all runs: {time.time() - start:.0f} s wall clock")
-    reread, course, in_progress = {}, {}, {}
+    reread, course, in_progress, forced = {}, {}, {}, {}
     try:
-        rows = table_rows(a, reread, course, in_progress)
+        rows = table_rows(a, reread, course, in_progress, forced)
     except ValueError as e:
         raise SystemExit(f"error: {e}")
     # the files that hold a method's own score beside its unaided answers (any name: the verifier runs
     # of Rowen's item 4 too), a file with fewer questions than the directory's longest left out as above
-    files = {path.stem: metrics.read_rows(path) for path in sorted(a.out.glob("*.jsonl"))}
+    files = {path.stem: metrics.read_rows(path) for path in sorted(a.out.glob("*.jsonl"))
+             if not path.name.endswith(".forced.jsonl")}      # ctrla's side files are no runs
     most = max(map(len, files.values()), default=0)
     signals = []
     for name, file_rows in files.items():
@@ -478,12 +488,23 @@ def main(argv=None):
                         " In these questions a step kept before the last names an answer that runs on, where "
                         "today's code would have stopped (run_on_steps), so the answer read again is not what it "
                         "would give: " + "; ".join(f"{name}: {', '.join(ids)}" for name, ids in course.items()) + "."))
+    if forced:
+        n = {name: s["n"] for name, _, _, s, _ in rows}
+        parts.append("CtrlA's multi-hop chains that name no answer (\"the answer is\") take DRAGIN's forced answer "
+                     "(ctrla.force_answer: the chain, \" So the answer is\" and 20 greedy tokens, as the evaluation "
+                     "the paper follows does), computed after the run into a side file beside it (`python ctrla.py "
+                     "--force-answers RUN.jsonl`, same model and precision; its call and seconds are added to the row): "
+                     + ", ".join(f"{name} {k} of {n[name]}" + (f" ({left} still without one)" if left else "")
+                                 for name, (k, left) in forced.items())
+                     + "; the run files keep their answers as run.")
     total = sum(s["sec_per_q"] * s["n"] for name, _, _, s, _ in rows if name in runs(a) or name in SIGNAL_RUNS)
     figures = {name: s for name, _, _, s, _ in rows}
     if in_progress:
         figures["in_progress"] = in_progress
     if reread:
         figures["reread"] = reread
+    if forced:
+        figures["forced"] = forced
     if course:
         figures["run_on_steps"] = course
     if pairs := paired_rows(rows):

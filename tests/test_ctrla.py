@@ -3,6 +3,7 @@ handling on a scripted model."""
 import argparse
 import copy
 import itertools
+import json
 import random
 from dataclasses import replace
 
@@ -720,3 +721,108 @@ def test_a_rewrite_that_repeats_the_query_still_counts_its_refusal(monkeypatch):
     assert run.bm25.queries == [caq, caq] and log["rewritten"] == [caq]
     assert res["prediction"] == "It stands in Paris." and res["trace"]["refusals"] == 1
     assert res["retrievals"] == 1 and res["trace"]["search_rounds"] == 2
+
+
+# ---------------------------------------------------------------- multi-hop: DRAGIN's forced answer
+
+def fake_greedy(calls, text):
+    """common.greedy as a script: records (prompt, max_new_tokens, forward hooks on the model) and
+    answers `text`."""
+    def greedy(model, tok, prompt, max_new_tokens=64, stop=(), hidden_module=None):
+        calls.append((prompt, max_new_tokens, hooks(model) if model is not None else None))
+        return common.Generation(text=text, token_ids=[], logprobs=[], finish="length")
+    return greedy
+
+
+def test_a_multihop_chain_that_names_no_answer_gets_draggins_forced_one(monkeypatch):
+    """DRAGIN's eval.py regenerate_answer, the evaluation the paper's multi-hop results follow: the chain
+    cut at "Note:" (not at its first character), " So the answer is" after it, 20 greedy tokens of a
+    prompt with the exemplars and the question but no passages; the answer read after it, cut again at
+    "Question:"; one more model call."""
+    q = "Were Scott Derrickson and Ed Wood of the same nationality?"
+    segments = ["Scott Derrickson is American.", "Ed Wood is American.\n", "Note: both directed films."]
+    run, log = scripted(monkeypatch, segments)
+    calls = []
+    monkeypatch.setattr(ctrla.common, "greedy", fake_greedy(calls, " yes. Question: Who else?"))
+    res = ctrla.solve(run, {"id": "q", "question": q, "answers": ["yes"], "dataset": "hotpotqa"})
+    assert res["trace"]["answer"] == "Scott Derrickson is American. Ed Wood is American.\nNote: both directed films."
+    assert res["trace"]["forced"] == " yes. Question: Who else?"
+    assert res["prediction"] == "yes" and res["model_calls"] == 1          # the scripted segments count none
+    [(prompt, max_new, _)] = calls
+    assert max_new == 20 and prompt.endswith("Question: " + q + "\n\nAssistant: Scott Derrickson is American. "
+                                             "Ed Wood is American. So the answer is")
+    assert "Contents:" not in prompt and prompt.count("So the answer is") == 1 + ctrla.N_SHOT
+    # a chain that names its answer is read as it is, with no call
+    calls.clear()
+    run, _ = scripted(monkeypatch, ["Both are American.", "So the answer is yes.", "More."])
+    res = ctrla.solve(run, {"id": "q", "question": q, "answers": ["yes"], "dataset": "hotpotqa"})
+    assert res["prediction"] == "yes" and res["trace"]["forced"] is None and not calls
+    # other tasks keep their text and have no forced answer
+    run, _ = scripted(monkeypatch, ["Henry is a politician."])
+    res = ctrla.solve(run, {"id": "q", "question": "Who?", "answers": ["x"], "dataset": "triviaqa"})
+    assert "forced" not in res["trace"] and res["prediction"] == "Henry is a politician." and not calls
+
+
+def test_the_forced_answer_is_the_plain_models(tiny_run, monkeypatch):
+    """DRAGIN's evaluation loads the plain model: the forced call runs with no steering hook."""
+    model, tok, feats = tiny_run
+    calls, greedy = [], common.greedy
+
+    def spy(m, t, prompt, max_new_tokens=64, stop=(), hidden_module=None):
+        calls.append((max_new_tokens, hooks(m)))
+        return greedy(m, t, prompt, max_new_tokens=max_new_tokens, stop=stop, hidden_module=hidden_module)
+    monkeypatch.setattr(ctrla.common, "greedy", spy)
+    before = hooks(model)
+    s = ctrla.Settings(steer=(-2,), monitor=(-2,), retrieve=False, answer_tokens=12)
+    res = ctrla.solve(ctrla.Run(model, tok, feats, None, s), {"id": "q", "question": "Who?", "answers": ["x"],
+                                                               "dataset": "hotpotqa"})
+    assert res["trace"]["forced"] is not None         # a random model names no answer
+    assert calls[-1][0] == ctrla.FORCED_TOKENS and calls[-1][1] == before
+    assert all(h != before for _, h in calls[:-1])    # the segments were steered
+    assert res["prediction"] == ctrla.extract_answer(ctrla.forced_reply(res["trace"]["answer"], res["trace"]["forced"]))
+
+
+def test_cut_chain_and_forced_reply():
+    assert ctrla.cut_chain("A is B. Question: C?") == "A is B. "
+    assert ctrla.cut_chain("Question: at the start stays") == "Question: at the start stays"
+    assert ctrla.forced_reply("A is B.\n", " C. Note: x") == "A is B. So the answer is C. "
+    assert ctrla.forced_reply("", " C.") == "So the answer is C."
+    assert ctrla.multihop_prediction("A is B. So the answer is D.", None) == "D"
+    assert ctrla.multihop_prediction("A is B.", " C.\nMore") == "C"
+
+
+def mh_row(qid, answer, task="hotpotqa", **trace):
+    return {"id": qid, "question": "Q?", "answers": ["C"], "prediction": answer.strip(), "retrievals": 0,
+            "model_calls": 3, "seconds": 10.0, "trace": {"task": task, "answer": answer, **trace}}
+
+
+def test_rows_read_with_their_forced_answers():
+    rows = [mh_row("1", "A is B."), mh_row("2", "So the answer is E."), mh_row("3", "A is B.", task="short"),
+            mh_row("4", "A is B.", forced=" F."), mh_row("5", "A is B.")]
+    side = [{"id": i, "forced": " C.", "seconds": 1.5, "cpu": "x"} for i in "1234"]
+    out, n = ctrla.with_forced(rows, side)
+    assert n == 1 and out[0]["prediction"] == "C" and out[0]["model_calls"] == 4 and out[0]["seconds"] == 11.5
+    assert out[0]["trace"]["forced"] == " C." and "forced" not in rows[0]["trace"]   # the input rows unchanged
+    assert out[1:] == rows[1:]          # an answer of its own, another task, forced already, no side row
+    assert [ctrla.needs_forcing(r) for r in out] == [False, False, False, False, True]
+
+
+def test_force_answers_writes_a_side_file_and_resumes(tmp_path, monkeypatch):
+    run_file = tmp_path / "ctrla.jsonl"
+    run_file.write_text("".join(json.dumps(r) + "\n" for r in
+                                [mh_row("1", "A is B."), mh_row("2", "So the answer is E."), mh_row("3", "G.")]))
+    (tmp_path / "ctrla.settings.json").write_text(json.dumps({"--model": "smollm2-135m"}))
+    loads, forced = [], []
+    monkeypatch.setattr(ctrla.common, "load_model", lambda *a, **k: loads.append(a) or (None, make_tokenizer()))
+    monkeypatch.setattr(ctrla, "force_answer", lambda m, t, task, q, text: forced.append(text) or " C.")
+    argv = ["--force-answers", str(run_file), "--model", "smollm2-135m", "--dtype", "float32"]
+    ctrla.main(argv)
+    side = [json.loads(line) for line in (tmp_path / "ctrla.forced.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["forced"]) for r in side] == [("1", " C."), ("3", " C.")] and forced == ["A is B.", "G."]
+    ctrla.main(argv)                                   # all there: no model loaded, nothing written
+    assert len(loads) == 1 and len((tmp_path / "ctrla.forced.jsonl").read_text().splitlines()) == 2
+    with pytest.raises(common.InputError, match="the run's model is smollm2-135m; pass --model smollm2-135m"):
+        ctrla.main(["--force-answers", str(run_file), "--model", "qwen2.5-coder-0.5b"])
+    with pytest.raises(common.InputError, match="no such file"):
+        ctrla.main(["--force-answers", str(tmp_path / "none.jsonl")])
+    assert len(loads) == 1

@@ -301,3 +301,20 @@ def test_table_of_a_directory_of_signal_files_only_such_as_rowens_verifier_runs(
     empty.mkdir()
     with pytest.raises(SystemExit, match="no run files"):
         run_all.main(["--out", str(empty), "--table-only"])
+
+
+def test_table_reads_ctrlas_multihop_chains_with_their_forced_answers(tmp_path):
+    def row(qid, chain, prediction):
+        return {**qa(qid, prediction, 0), "question": "Q?", "trace": {"task": "hotpotqa", "answer": chain}}
+    chains = [("1", "Paris is in France.", "Paris is in France."), ("2", "So the answer is Rome.", "Rome")]
+    write(tmp_path / "ctrla.jsonl", [row(*c) for c in chains])
+    write(tmp_path / "ctrla-never.jsonl", [row(*c) for c in chains])
+    write(tmp_path / "ctrla.forced.jsonl", [{"id": "1", "forced": " Paris.", "seconds": 3.0, "cpu": "x"}])
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert figures["forced"] == {"ctrla": [1, 0], "ctrla-never": [0, 1]}
+    assert figures["ctrla"]["em"] == 0.5 and figures["ctrla-never"]["em"] == 0.0   # "Paris" now, as forced
+    assert figures["ctrla"]["calls_per_q"] == 4.5 and figures["ctrla"]["sec_per_q"] == 3.5   # its call counted
+    table = (tmp_path / "table.md").read_text()
+    assert "ctrla 1 of 2, ctrla-never 0 of 2 (1 still without one); the run files keep their answers as run." in table
+    assert "ctrla.forced" not in figures and "in_progress" not in figures     # the side file is no run
