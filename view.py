@@ -4,7 +4,8 @@
 
 Reads the JSON lines that seakr.py, ctrla.py and rowen.py write (common.run: prediction, gold answers,
 the method's trace) and, beside each file, <run>.settings.json, <run>.summary.json and, in a results
-folder, benchmarks/run_all.py's figures.json (the answers its table reads again). Writes one HTML
+folder, benchmarks/run_all.py's figures.json (the answers its table reads again) and a CtrlA run's
+<run>.forced.jsonl (the forced answers of its multi-hop chains: ctrla.py --force-answers). Writes one HTML
 file with its CSS and SVG inline and no script, font or image from anywhere else, so it opens offline
 from a file:// URL. At the top each run's settings and summary; then the questions, right or wrong,
 with a filter (wrong only, retrieved only, where the runs differ); each question expands to:
@@ -12,7 +13,8 @@ with a filter (wrong only, retrieved only, where the runs differ); each question
   when it retrieved, the candidate passages with the U of the step regenerated with each and the one
   kept, and the final choice between the two reasoning strategies with their U;
 - CtrlA: the generated text, each word shaded by its confidence score minus tau, the flagged words
-  marked, each retrieval's queries (the question and TVQ, or CAQ), refusals and rewrites, the passages;
+  marked, each retrieval's queries (the question and TVQ, or CAQ), refusals and rewrites, the passages,
+  and on multi-hop questions the forced answer where the chain named none;
 - Rowen: the perturbed questions with the answers in English, in the target language and from the
   verifier, each judge verdict, Z_CL, Z_CM and Z against the threshold, the evidence and the repair;
 - the prediction against the gold answers, scored by eval.py (EM / F1 / accuracy or the task's metric).
@@ -91,11 +93,24 @@ def load_run(path: Path) -> dict:
         except ValueError as e:
             summary = {"note": f"no summary: {e}"}
     figures = read_json(path.parent / "figures.json")     # benchmarks/run_all.py's, in a results folder
+    why = "cut where they run on, as today's seakr.py cuts them"
     reread = figures.get("reread", {}) if isinstance(figures, dict) else {}
     reread = reread.get(path.stem) if isinstance(reread, dict) else None
+    side = path.with_name(path.stem + ".forced.jsonl")     # ctrla.py --force-answers, beside a CtrlA run
+    if side.exists():
+        try:
+            forced = {str(f.get("id")): f.get("forced") for f in metrics.read_rows(side)}
+        except ValueError as e:
+            raise InputError(str(e)) from None
+        for row in rows:
+            if isinstance(row.get("trace"), dict) and "forced" not in row["trace"] and str(row.get("id")) in forced:
+                row["trace"] = {**row["trace"], "forced": forced[str(row.get("id"))], "forced_after": side.name}
+        answers = figures.get("forced_answers", {}) if isinstance(figures, dict) else {}
+        if isinstance(answers.get(path.stem), dict):
+            reread, why = answers[path.stem], f"the forced answers of {side.name}, where the chain named none"
     return {"name": path.stem, "path": str(path), "rows": rows, "summary": summary or {},
             "settings": read_json(path.with_suffix(".settings.json")),
-            "reread": reread if isinstance(reread, dict) else {}}
+            "reread": reread if isinstance(reread, dict) else {}, "reread_why": why}
 
 
 def kind_of(trace) -> str | None:
@@ -431,6 +446,10 @@ def ctrla_html(trace: dict, question) -> str:
                        + table(["token", "score &minus; tau"], cells, "tokens") + "</details>")
         out.append("</li>")
     out.append(f'</ol><p>Answer text: <span class="gen">{esc(trace.get("answer"))}</span></p>')
+    if trace.get("forced") is not None:
+        after = f' <small>(computed after the run: {esc(trace["forced_after"])})</small>' if "forced_after" in trace else ""
+        out.append('<p>The chain named no answer; forced, as DRAGIN\'s evaluation does: <span class="gen">'
+                   f'&hellip; So the answer is<b>{esc(trace["forced"])}</b></span>{after}</p>')
     return "".join(out)
 
 
@@ -533,7 +552,7 @@ def reread_html(run: dict, row: dict, qid) -> str:
     v = verdict(again)
     return (f'<p class="reread">The results table reads this answer again as <b>{esc(again["prediction"])}</b> '
             f'<span class="mark {v}">{MARKS[v]} {v}</span> <small>({score_text(again)}; figures.json beside '
-            "this file, from benchmarks/run_all.py: cut where it runs on, as today's seakr.py cuts it)</small></p>")
+            f"this file, from benchmarks/run_all.py: {esc(run.get('reread_why', ''))})</small></p>")
 
 
 def run_column(run: dict, row: dict | None, delta, lo: float, hi: float, qid=None) -> str:
@@ -607,7 +626,7 @@ def run_header(run: dict) -> str:
     note = f'<p class="small">{esc(s["note"])}</p>' if s.get("note") else ""
     if run["reread"]:
         note += (f'<p class="reread">The results table reads {len(run["reread"])} of these answers again '
-                 "(figures.json beside this file: cut where they run on, as today's seakr.py cuts them); this "
+                 f"(figures.json beside this file: {esc(run.get('reread_why', ''))}); this "
                  "page marks the answers as run, and each of those questions shows the answer as read again.</p>")
     settings = run["settings"]
     if settings is None:

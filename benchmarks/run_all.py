@@ -208,8 +208,8 @@ def table_rows(a, reread: dict | None = None, course: dict | None = None,
     questions than the directory's longest (one still running, as the background plan's runs are while
     their files grow) is left out, and `in_progress` gets its [questions done, of]: a table compares
     runs over the same questions. A CtrlA run's multi-hop chains that name no answer take the forced
-    answers of its side file (ctrla.with_forced); `forced` gets [rows that took one, rows still without]
-    per CtrlA run that has such chains."""
+    answers of its side file (ctrla.with_forced); `forced` gets (rows that took one, rows still without,
+    {id: the answer it changed to}) per CtrlA run that has such chains."""
     import ctrla  # here, not at the top: they import torch through common
     import rowen
     out = []
@@ -232,10 +232,11 @@ def table_rows(a, reread: dict | None = None, course: dict | None = None,
                 course[name] = ids      # checked in every run: a step may run on where no answer does
         if script == "ctrla.py":
             side = ctrla.side_file(a.out / f"{name}.jsonl")
+            was = {r["id"]: r["prediction"] for r in rows}
             rows, took = ctrla.with_forced(rows, metrics.read_rows(side)) if side.exists() else (rows, 0)
             left = sum(map(ctrla.needs_forcing, rows))
             if forced is not None and (took or left):
-                forced[name] = [took, left]
+                forced[name] = (took, left, {r["id"]: r["prediction"] for r in rows if r["prediction"] != was[r["id"]]})
         if name != HYBRID:
             out.append((name, method, label, rows))
             continue
@@ -495,7 +496,7 @@ def main(argv=None):
                      "the paper follows does), computed after the run into a side file beside it (`python ctrla.py "
                      "--force-answers RUN.jsonl`, same model and precision; its call and seconds are added to the row): "
                      + ", ".join(f"{name} {k} of {n[name]}" + (f" ({left} still without one)" if left else "")
-                                 for name, (k, left) in forced.items())
+                                 for name, (k, left, _) in forced.items())
                      + "; the run files keep their answers as run.")
     total = sum(s["sec_per_q"] * s["n"] for name, _, _, s, _ in rows if name in runs(a) or name in SIGNAL_RUNS)
     figures = {name: s for name, _, _, s, _ in rows}
@@ -503,8 +504,9 @@ def main(argv=None):
         figures["in_progress"] = in_progress
     if reread:
         figures["reread"] = reread
-    if forced:
-        figures["forced"] = forced
+    if forced:      # the counts, and the answers changed (view.py shows them beside the answers as run)
+        figures["forced"] = {name: [k, left] for name, (k, left, _) in forced.items()}
+        figures["forced_answers"] = {name: changed for name, (_, _, changed) in forced.items() if changed}
     if course:
         figures["run_on_steps"] = course
     if pairs := paired_rows(rows):

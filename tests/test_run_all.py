@@ -318,3 +318,4 @@ def test_table_reads_ctrlas_multihop_chains_with_their_forced_answers(tmp_path):
     table = (tmp_path / "table.md").read_text()
     assert "ctrla 1 of 2, ctrla-never 0 of 2 (1 still without one); the run files keep their answers as run." in table
     assert "ctrla.forced" not in figures and "in_progress" not in figures     # the side file is no run
+    assert figures["forced_answers"] == {"ctrla": {"1": "Paris"}}

@@ -230,6 +230,23 @@ def test_an_answer_the_results_table_reads_again_is_shown_beside_the_one_run(tmp
     assert top.count("The results table reads 1 of these answers again") == 1
 
 
+def test_a_ctrla_chains_forced_answer_is_shown_from_its_trace_or_its_side_file(tmp_path):
+    # a run made with the forced answer in its loop holds it in the trace; an earlier run has it in
+    # RUN.forced.jsonl beside it, and run_all's figures.json names the answer its table reads
+    inloop = {**CTRLA, "trace": {**CTRLA["trace"], "forced": " no"}}
+    html = page(tmp_path, ("ctrla", [inloop], None))
+    assert "The chain named no answer; forced, as DRAGIN's evaluation does" in html
+    assert "So the answer is<b> no</b>" in html and "computed after the run" not in html
+    (tmp_path / "ctrla-never.forced.jsonl").write_text(json.dumps({"id": "q1", "forced": " no.", "seconds": 1.0}) + "\n")
+    (tmp_path / "figures.json").write_text(json.dumps({"forced_answers": {"ctrla-never": {"q1": "no"}}}))
+    html = page(tmp_path, ("ctrla-never", [CTRLA], None))
+    assert "So the answer is<b> no.</b></span> <small>(computed after the run: ctrla-never.forced.jsonl)" in html
+    again = re.findall(r'<p class="reread">(.*?)</p>', question(html, "q1"), re.S)
+    assert len(again) == 1 and "<b>no</b>" in again[0] and "wrong" in again[0]
+    assert "the forced answers of ctrla-never.forced.jsonl, where the chain named none" in again[0]
+    assert shown(question(html, "q1"), "m-em") == ["1", "0"]     # "yes" as run, "no" as the table reads it
+
+
 def test_the_page_is_self_contained(tmp_path):
     html = page(tmp_path, ("seakr", [SEAKR], None), ("ctrla", [CTRLA], None))
     for needle in ("<script", "<link", "<img", "src=", "@import", "url(", "http://", "https://"):
