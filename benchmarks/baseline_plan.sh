@@ -58,6 +58,12 @@ python benchmarks/run_all.py --data "$H" --limit 50 --model $M --out results/hot
 F=results/ctrla-features-$M.pt
 python benchmarks/run_all.py --data "$H" --limit 50 --model $M --out results/hotpotqa50-$M \
     --runs ctrla ctrla-never ctrla-always --cache "$CACHE" -- --dtype float32 --linear onednn --directions $F
+# the chains of those runs that name no answer get DRAGIN's forced answer (" So the answer is" + 20 tokens),
+# computed by main's ctrla.py (the pinned one predates it) into a side file beside each run file, which the
+# table reads with it (resumes; a run whose chains are all done loads no model)
+for run in ctrla ctrla-never ctrla-always; do
+    python "$(dirname "$0")/../ctrla.py" --force-answers results/hotpotqa50-$M/$run.jsonl --model $M "${K[@]}"
+done
 python benchmarks/run_all.py --data $R/ctrla/popqa_longtail.jsonl --limit 100 --model $M \
     --out results/popqa100-$M --runs ctrla-monitor-only --cache "$CACHE" -- --dtype float32 --linear onednn \
     --directions $F
