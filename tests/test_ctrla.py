@@ -825,4 +825,7 @@ def test_force_answers_writes_a_side_file_and_resumes(tmp_path, monkeypatch):
         ctrla.main(["--force-answers", str(run_file), "--model", "qwen2.5-coder-0.5b"])
     with pytest.raises(common.InputError, match="no such file"):
         ctrla.main(["--force-answers", str(tmp_path / "none.jsonl")])
+    (tmp_path / "seakr.jsonl").write_text(json.dumps({"id": "1", "prediction": "x"}) + "\n")
+    with pytest.raises(common.InputError, match="not a CtrlA run file"):
+        ctrla.main(["--force-answers", str(tmp_path / "seakr.jsonl")])
     assert len(loads) == 1
