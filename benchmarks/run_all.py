@@ -31,9 +31,12 @@ OUT/f1_vs_retrieval.png: F1 against retrieval rate, one line per method through 
 baselines as named squares. SeaKR's answers (its baselines' too) are read again as today's code reads them
 (reread_seakr: runs before 1f32c40 kept answers that run on into a turn the model invents); the table
 says how many changed and whether a step before a question's last would have stopped today's code
-(run_on_steps), and figures.json holds the changed answers (its "reread"), which view.py shows. A run
-file with fewer questions than the directory's longest (a run still going) is left out of all of it and
-named under the table (figures.json: "in_progress").
+(run_on_steps), and figures.json holds the changed answers (its "reread"), which view.py shows. A CtrlA
+run's multi-hop chains that name no answer take the forced answers of its side file, NAME.forced.jsonl
+(`ctrla.py --force-answers`, for runs made before ctrla.py forced them itself; ctrla.with_forced): the
+table says how many, figures.json holds the counts ("forced") and the changed answers
+("forced_answers"), which view.py shows. A run file with fewer questions than the directory's longest (a
+run still going) is left out of all of it and named under the table (figures.json: "in_progress").
 
 The default sweeps suit SmolLM2-135M: SeaKR delta 2.5 and 0.8 are about the median and the 25th
 percentile of the step scores of our first 30 HotpotQA questions (default 3.01); CtrlA tau -9.8 and
