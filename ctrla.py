@@ -910,70 +910,6 @@ def multihop_prediction(text: str, forced: str | None) -> str:
     return extract_answer(text if forced is None else forced_reply(text, forced))
 
 
-def side_file(run_file: Path) -> Path:
-    """Where --force-answers keeps a run file's forced answers: RUN.forced.jsonl beside RUN.jsonl."""
-    return run_file.with_name(run_file.stem + ".forced.jsonl")
-
-
-def with_forced(rows: list[dict], forced: list[dict]) -> tuple[list[dict], int]:
-    """A run's rows read with the forced answers of its side file (force_run): each multi-hop row without
-    one of its own whose chain names no answer takes its forced answer, one model call and its seconds;
-    the others stay as run. Returns the rows and how many took one."""
-    by_id, out, n = {f["id"]: f for f in forced}, [], 0
-    for r in rows:
-        f, trace = by_id.get(r["id"]), r.get("trace", {})
-        if f is None or f["forced"] is None or not needs_forcing(r):
-            out.append(r)
-            continue
-        out.append({**r, "prediction": multihop_prediction(trace["answer"], f["forced"]),
-                    "model_calls": r.get("model_calls", 0) + 1, "seconds": r.get("seconds", 0) + f["seconds"],
-                    "trace": {**trace, "forced": f["forced"]}})
-        n += 1
-    return out, n
-
-
-def needs_forcing(row: dict) -> bool:
-    """A multi-hop row whose chain names no answer and that has no forced answer of its own."""
-    trace = row.get("trace", {})
-    return (trace.get("task") in MULTIHOP and "forced" not in trace
-            and not _ANSWER_IS.search(cut_chain(trace.get("answer", ""))))
-
-
-def to_force(path: Path, model: str) -> list[dict]:
-    """The rows of a run file that --force-answers computes (see force_run); InputError for a bad file."""
-    try:
-        rows = metrics.read_rows(path)
-        done = {r["id"] for r in metrics.read_rows(side_file(path))} if side_file(path).exists() else set()
-    except ValueError as e:
-        raise InputError(f"--force-answers: {e}") from None
-    if not rows or any("trace" not in r or "question" not in r for r in rows):
-        raise InputError(f"--force-answers {path}: not a CtrlA run file (rows with question and trace)")
-    settings = path.with_name(path.stem + ".settings.json")
-    if settings.exists() and (run_model := json.loads(settings.read_text()).get("--model")) not in (None, model):
-        raise InputError(f"--force-answers {path}: the run's model is {run_model}; pass --model {run_model}")
-    todo = [r for r in rows if needs_forcing(r) and r["id"] not in done]
-    print(f"{path}: {len(rows)} rows, {len(todo)} to force ({len(done)} already in {side_file(path).name})",
-          file=sys.stderr)
-    return todo
-
-
-def force_run(model, tok, path: Path, todo: list[dict]) -> Path:
-    """--force-answers: DRAGIN's evaluation pass over a run file made before solve() forced answers
-    itself. Each multi-hop row whose chain names no answer and has no forced one (to_force) gets
-    force_answer's continuation, written as {id, forced, seconds, cpu} to the side file RUN.forced.jsonl
-    as it comes (a row already there is not computed again); the run file itself is never changed.
-    benchmarks/run_all.py reads the two together (with_forced)."""
-    side = side_file(path)
-    with open(side, "a", encoding="utf-8") as f:
-        for r in todo:
-            start = time.perf_counter()
-            forced = force_answer(model, tok, r["trace"]["task"], r["question"], r["trace"]["answer"])
-            f.write(json.dumps({"id": r["id"], "forced": forced, "seconds": round(time.perf_counter() - start, 3),
-                                "cpu": common.CPU}) + "\n")
-            f.flush()
-    return side
-
-
 # ----------------------------------------------------------------------------------------------
 # Command line
 
@@ -1077,6 +1013,74 @@ def main(argv=None):
     run = Run(model, tok, feats, bm25, s)
     args.tau = round(threshold(s, feats, monitor), 6)   # the settings name the tau used, calibrated or given
     common.run(args, name, lambda rec: solve(run, rec))
+
+
+# ----------------------------------------------------------------------------------------------
+# Evaluation, not the method: DRAGIN's forced answers for run files made before solve() forced them
+# (--force-answers), and the rows read with them (benchmarks/run_all.py)
+
+def side_file(run_file: Path) -> Path:
+    """Where --force-answers keeps a run file's forced answers: RUN.forced.jsonl beside RUN.jsonl."""
+    return run_file.with_name(run_file.stem + ".forced.jsonl")
+
+
+def with_forced(rows: list[dict], forced: list[dict]) -> tuple[list[dict], int]:
+    """A run's rows read with the forced answers of its side file (force_run): each multi-hop row without
+    one of its own whose chain names no answer takes its forced answer, one model call and its seconds;
+    the others stay as run. Returns the rows and how many took one."""
+    by_id, out, n = {f["id"]: f for f in forced}, [], 0
+    for r in rows:
+        f, trace = by_id.get(r["id"]), r.get("trace", {})
+        if f is None or f["forced"] is None or not needs_forcing(r):
+            out.append(r)
+            continue
+        out.append({**r, "prediction": multihop_prediction(trace["answer"], f["forced"]),
+                    "model_calls": r.get("model_calls", 0) + 1, "seconds": r.get("seconds", 0) + f["seconds"],
+                    "trace": {**trace, "forced": f["forced"]}})
+        n += 1
+    return out, n
+
+
+def needs_forcing(row: dict) -> bool:
+    """A multi-hop row whose chain names no answer and that has no forced answer of its own."""
+    trace = row.get("trace", {})
+    return (trace.get("task") in MULTIHOP and "forced" not in trace
+            and not _ANSWER_IS.search(cut_chain(trace.get("answer", ""))))
+
+
+def to_force(path: Path, model: str) -> list[dict]:
+    """The rows of a run file that --force-answers computes (see force_run); InputError for a bad file."""
+    try:
+        rows = metrics.read_rows(path)
+        done = {r["id"] for r in metrics.read_rows(side_file(path))} if side_file(path).exists() else set()
+    except ValueError as e:
+        raise InputError(f"--force-answers: {e}") from None
+    if not rows or any("trace" not in r or "question" not in r for r in rows):
+        raise InputError(f"--force-answers {path}: not a CtrlA run file (rows with question and trace)")
+    settings = path.with_name(path.stem + ".settings.json")
+    if settings.exists() and (run_model := json.loads(settings.read_text()).get("--model")) not in (None, model):
+        raise InputError(f"--force-answers {path}: the run's model is {run_model}; pass --model {run_model}")
+    todo = [r for r in rows if needs_forcing(r) and r["id"] not in done]
+    print(f"{path}: {len(rows)} rows, {len(todo)} to force ({len(done)} already in {side_file(path).name})",
+          file=sys.stderr)
+    return todo
+
+
+def force_run(model, tok, path: Path, todo: list[dict]) -> Path:
+    """--force-answers: DRAGIN's evaluation pass over a run file made before solve() forced answers
+    itself. Each multi-hop row whose chain names no answer and has no forced one (to_force) gets
+    force_answer's continuation, written as {id, forced, seconds, cpu} to the side file RUN.forced.jsonl
+    as it comes (a row already there is not computed again); the run file itself is never changed.
+    benchmarks/run_all.py reads the two together (with_forced)."""
+    side = side_file(path)
+    with open(side, "a", encoding="utf-8") as f:
+        for r in todo:
+            start = time.perf_counter()
+            forced = force_answer(model, tok, r["trace"]["task"], r["question"], r["trace"]["answer"])
+            f.write(json.dumps({"id": r["id"], "forced": forced, "seconds": round(time.perf_counter() - start, 3),
+                                "cpu": common.CPU}) + "\n")
+            f.flush()
+    return side
 
 
 # ----------------------------------------------------------------------------------------------
