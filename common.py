@@ -555,6 +555,28 @@ def encode(tok, prompt: str | list[int]) -> list[int]:
     return tok(text, add_special_tokens=special)["input_ids"]
 
 
+def decode_continuations(tok, rows: list[list[int]]) -> list[str]:
+    """The texts of generated token rows as they read after their prompt, special tokens left out.
+
+    subtle: a SentencePiece decoder (LLaMA-2, Mistral) strips the leading space of the text it decodes,
+    so a continuation decoded alone loses its first space ("▁yes" -> "yes", and "So the answer is" +
+    it reads "...isyes"). Each row is decoded behind an anchor token ("a") and the anchor's own text
+    cut off: " yes". Byte-level BPE decodes the same either way."""
+    anchor, head = _ANCHORS.get(tok) or _ANCHORS.setdefault(tok, _anchor(tok))
+    texts = tok.batch_decode([[anchor] + list(r) for r in rows], skip_special_tokens=True)
+    return [t[len(head):] if t.startswith(head) else tok.decode(r, skip_special_tokens=True)
+            for t, r in zip(texts, rows)]
+
+
+def _anchor(tok) -> tuple[int, str]:
+    """(id, text) of the token that decode_continuations puts before each row."""
+    anchor = tok("a", add_special_tokens=False)["input_ids"][-1]
+    return anchor, tok.decode([anchor], skip_special_tokens=True)
+
+
+_ANCHORS = weakref.WeakKeyDictionary()   # tokenizer -> _anchor(tokenizer)
+
+
 # ----------------------------------------------------------------------------------------------
 # Generation: the reference path
 #
@@ -569,7 +591,7 @@ PLAIN = False            # True: every call goes through reference() (--plain)
 @dataclass
 class Generation:
     """One decoded continuation."""
-    text: str                      # decoded text, cut before the first stop string
+    text: str                      # decoded as it reads after the prompt (decode_continuations), cut before the first stop string
     token_ids: list[int]           # generated tokens, up to the one that completed the stop (EOS excluded)
     logprobs: list[float]          # log p(token) under the model (temperature 1, no top-k/top-p)
     finish: str                    # the stop string that ended it, "eos" or "length"
@@ -622,7 +644,7 @@ def reference(model, tok, prompt: str | list[int], k: int = 0, *, with_greedy: b
                     continue
                 gen[r].append(t)
                 lps[r].append(float(logp[r, t]))
-                texts[r] = tok.decode(gen[r], skip_special_tokens=True)
+                texts[r] = decode_continuations(tok, [gen[r]])[0]
                 hits = [(texts[r].find(s), s) for s in stop if s in texts[r]]
                 if hits:
                     at, finish[r] = min(hits)
@@ -1755,7 +1777,7 @@ def _decode(model, tok, logits, past, mask, next_pos, *, sampled: torch.Tensor, 
                     lps[r].append(chosen[j])
                     going.append(j)
             # one call into the tokenizer for all rows; only the stop-string search is per row
-            decoded = tok.batch_decode([gen[alive[j]] for j in going], skip_special_tokens=True)
+            decoded = decode_continuations(tok, [gen[alive[j]] for j in going])
             for j, text in zip(going, decoded):
                 r = alive[j]
                 texts[r] = text

@@ -1058,7 +1058,13 @@ def to_force(path: Path, model: str) -> list[dict]:
     if not rows or any("trace" not in r or "question" not in r for r in rows):
         raise InputError(f"--force-answers {path}: not a CtrlA run file (rows with question and trace)")
     settings = path.with_name(path.stem + ".settings.json")
-    if settings.exists() and (run_model := json.loads(settings.read_text()).get("--model")) not in (None, model):
+    try:
+        saved = json.loads(settings.read_text(encoding="utf-8")) if settings.exists() else {}
+    except (OSError, ValueError) as e:
+        raise InputError(f"--force-answers: {settings}: cannot read ({e})") from None
+    if not isinstance(saved, dict):
+        raise InputError(f"--force-answers: {settings}: not a run's settings (a JSON object)")
+    if (run_model := saved.get("--model")) not in (None, model):
         raise InputError(f"--force-answers {path}: the run's model is {run_model}; pass --model {run_model}")
     todo = [r for r in rows if needs_forcing(r) and r["id"] not in done]
     print(f"{path}: {len(rows)} rows, {len(todo)} to force ({len(done)} already in {side_file(path).name})",

@@ -282,7 +282,7 @@ def continuation(tok, gen: common.Generation) -> str:
     generation that ended at EOS or at the length limit."""
     if gen.finish in ("eos", "length"):
         return ""
-    full = tok.decode(gen.token_ids, skip_special_tokens=True)
+    full = common.decode_continuations(tok, [gen.token_ids])[0]
     return full[len(gen.text):] if full.startswith(gen.text) else ""
 
 
@@ -299,7 +299,8 @@ def drop_answer_sentences(step: str) -> str:
 
 
 def token_spans(tok, ids: list[int]) -> list[tuple[int, int]]:
-    """The character span of each token within tok.decode(ids), from the lengths of the decoded prefixes.
+    """The character span of each generated token within the generation's text (Generation.text before
+    its stop cut: common.decode_continuations), from the lengths of the decoded prefixes.
 
     subtle: never from tokens decoded one by one: a SentencePiece token decoded alone loses its
     leading space ("▁Cahn" -> "Cahn"), and a byte token of a character split over several tokens
@@ -307,8 +308,8 @@ def token_spans(tok, ids: list[int]) -> list[tuple[int, int]]:
     to a trailing "\ufffd"; its tokens share the span of the token that completes the character.
     """
     spans, start, pending = [], 0, 0
-    for i in range(len(ids)):
-        prefix = tok.decode(ids[:i + 1], skip_special_tokens=True)
+    prefixes = common.decode_continuations(tok, [ids[:i + 1] for i in range(len(ids))])
+    for i, prefix in enumerate(prefixes):
         if prefix.endswith("\ufffd") and i + 1 < len(ids):
             pending += 1
             continue

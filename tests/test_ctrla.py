@@ -828,4 +828,8 @@ def test_force_answers_writes_a_side_file_and_resumes(tmp_path, monkeypatch):
     (tmp_path / "seakr.jsonl").write_text(json.dumps({"id": "1", "prediction": "x"}) + "\n")
     with pytest.raises(common.InputError, match="not a CtrlA run file"):
         ctrla.main(["--force-answers", str(tmp_path / "seakr.jsonl")])
+    for bad, says in (('{"--model": "smollm2', "cannot read"), ('["--model"]', "not a run's settings")):
+        (tmp_path / "ctrla.settings.json").write_text(bad)      # a damaged settings file: one line, no model
+        with pytest.raises(common.InputError, match=says):
+            ctrla.main(argv)
     assert len(loads) == 1

@@ -455,6 +455,44 @@ def test_trailing_space_is_a_lone_token_on_both_tokenizer_kinds(real_tok):
     assert common.encode(real_tok, "Answer: ") == common.encode(real_tok, "Answer:")
 
 
+def test_continuations_keep_their_leading_space_on_both_tokenizer_kinds(real_tok):
+    """Generation.text is the continuation as it reads after the prompt: " yes" after "So the answer is",
+    where a SentencePiece decode of the same tokens alone reads "yes" (its decoder strips one leading
+    space), and byte tokens of one character decode together."""
+    import common
+    head = real_tok("So the answer is", add_special_tokens=False)["input_ids"]
+    for tail in (" yes", " Île-de-France", " 1,200."):
+        full = real_tok("So the answer is" + tail, add_special_tokens=False)["input_ids"]
+        assert full[:len(head)] == head
+        assert common.decode_continuations(real_tok, [full[len(head):]]) == [tail]
+    alone = real_tok.decode(real_tok(" yes", add_special_tokens=False)["input_ids"])
+    assert alone == ("yes" if real_tok.bos_token else " yes")       # why: SentencePiece drops the space
+    eos = real_tok.eos_token_id        # special tokens are left out, as before
+    assert common.decode_continuations(real_tok, [[eos], []]) == ["", ""]
+
+
+def test_greedy_text_reads_on_from_its_prompt(tiny_real):
+    """prompt text + Generation.text == the decode of prompt + generated tokens, on both kinds, on both
+    paths (a random model's tokens: words, pieces and byte tokens in any order)."""
+    import copy
+    import common
+    model, tok = tiny_real
+    prompt = "Question: where is Paris?\nAnswer:"
+    ids = common.encode(tok, prompt)
+    # a copy of the model whose first token is " yes" ("▁yes" / "Ġyes" pieces): its lm_head row for that
+    # token made to score 100 on the prompt's last state
+    first = tok(" yes", add_special_tokens=False)["input_ids"][0]
+    model = copy.deepcopy(model)
+    with torch.no_grad():
+        h = model(torch.tensor([ids]), output_hidden_states=True).hidden_states[-1][0, -1]
+        model.lm_head.weight[first] = h * 100 / h.dot(h)
+    for g in (common.greedy(model, tok, prompt, max_new_tokens=12),
+              common.reference(model, tok, prompt, max_new_tokens=12)[0]):
+        assert g.token_ids[0] == first and g.text.startswith(" ")
+        whole = tok.decode(ids + g.token_ids, skip_special_tokens=True)
+        assert tok.decode(ids, skip_special_tokens=True) + g.text == whole
+
+
 # ----------------------------------------------------------------------------------------------
 # The fast path against the reference (common.reference: a plain loop over transformers' own cache)
 

@@ -192,8 +192,10 @@ def test_clean_answer_strips_labels_before_the_first_line(text, task, answer):
 
 
 def test_clean_answer_after_either_tokenizer_decodes(real_tok):
-    # the text handling sees decoded model output; a SentencePiece decode drops nothing that matters here
-    text = real_tok.decode(real_tok("Your revised short answer:\nParis", add_special_tokens=False)["input_ids"])
+    # the text handling sees model output as Generation.text reads it (a leading space on both kinds)
+    text = common.decode_continuations(real_tok, [real_tok(" Your revised short answer:\nParis",
+                                                           add_special_tokens=False)["input_ids"]])[0]
+    assert text.startswith(" Your")
     assert rowen.clean_answer(text, "qa") == "Paris"
 
 

@@ -152,12 +152,12 @@ def as_generated(tok, raw: str, stop) -> common.Generation:
     a stop string (that token kept), the text cut before the stop (common._decode does the same)."""
     ids = tok(raw, add_special_tokens=False)["input_ids"]
     for n in range(1, len(ids) + 1):
-        text = tok.decode(ids[:n], skip_special_tokens=True)
+        text = common.decode_continuations(tok, [ids[:n]])[0]
         hits = [(text.find(x), x) for x in stop if x in text]
         if hits:
             at, x = min(hits)
             return common.Generation(text[:at], ids[:n], [0.0] * n, x)
-    return common.Generation(tok.decode(ids, skip_special_tokens=True), ids, [0.0] * len(ids), "eos")
+    return common.Generation(common.decode_continuations(tok, [ids])[0], ids, [0.0] * len(ids), "eos")
 
 
 # (what the model writes, the step's text once the stops cut it, the answer that ends the loop)
@@ -335,7 +335,7 @@ def step_generation(tok, text: str, unsure: list[str]) -> common.Generation:
     spans = [(text.index(w), text.index(w) + len(w)) for w in unsure]
     probs = [0.3 if any(a < hi and b > lo for lo, hi in spans) else 0.95 for a, b in offsets]
     assert 0.3 in probs and 0.95 in probs
-    return common.Generation(text=tok.decode(ids, skip_special_tokens=True), token_ids=ids,
+    return common.Generation(text=common.decode_continuations(tok, [ids])[0], token_ids=ids,
                              logprobs=[math.log(x) for x in probs], finish=". ")
 
 
@@ -376,7 +376,7 @@ def test_query_alignment_on_the_embedded_gemma_tokenizer():
 def test_token_spans_follow_the_decoded_text(real_tok):
     text = "Paris is in the Île-de-France region"
     ids = real_tok(text, add_special_tokens=False)["input_ids"]
-    decoded = real_tok.decode(ids)
+    decoded = common.decode_continuations(real_tok, [ids])[0]     # as Generation.text reads it
     spans = seakr.token_spans(real_tok, ids)
     assert len(spans) == len(ids) and spans[-1][1] == len(decoded)
     # in order, no gaps: a token starts where the one before ends, or shares its span (one character)
