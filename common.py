@@ -1236,6 +1236,18 @@ def _file_id(path) -> str:
     return f"{size} bytes, sha256 {digest.hexdigest()[:16]}"
 
 
+def read_settings(path: Path, fix: str = "") -> dict:
+    """A run's settings file (<output>.settings.json) as a dict; InputError, one line ending in `fix`,
+    where it cannot be read or holds no JSON object."""
+    try:
+        saved = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path}: cannot read ({e}){fix}") from None
+    if not isinstance(saved, dict):
+        raise InputError(f"{path}: not a run's settings (a JSON object){fix}")
+    return saved
+
+
 def _resume_check(out: Path, rows: int, settings: dict) -> None:
     """Resume only the run that was asked for: InputError naming the first differing setting."""
     fixes = "pass another --output, or --overwrite to start it afresh"
@@ -1243,10 +1255,7 @@ def _resume_check(out: Path, rows: int, settings: dict) -> None:
     if not path.exists():
         raise InputError(f"{out} has {rows} finished questions but no {path.name} to check they are this "
                          f"run's settings; {fixes}")
-    try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: cannot read ({e}); {fixes}") from None
+    old = read_settings(path, f"; {fixes}")
     for key in sorted(set(old) | set(settings)):
         if old.get(key, "(unset)") != settings.get(key, "(unset)"):
             raise InputError(f"{out} was made with {key} = {old.get(key, '(unset)')}, this run has "

@@ -739,7 +739,7 @@ def next_segment(run: Run, prompt: str) -> tuple[str, bool]:
                               stop=SENTENCE_STOPS)
             run.calls += 1
             new += g.token_ids   # every token fed, the one that completed a stop string included
-            text = run.tok.decode(new, skip_special_tokens=True)
+            text = common.decode_continuations(run.tok, [new])[0]
             sentence, complete = first_sentence(text)
             if complete or g.finish in ("eos", "length") or len(new) >= SEGMENT_TOKENS:
                 return sentence, g.finish == "eos" and not complete
@@ -1058,12 +1058,7 @@ def to_force(path: Path, model: str) -> list[dict]:
     if not rows or any("trace" not in r or "question" not in r for r in rows):
         raise InputError(f"--force-answers {path}: not a CtrlA run file (rows with question and trace)")
     settings = path.with_name(path.stem + ".settings.json")
-    try:
-        saved = json.loads(settings.read_text(encoding="utf-8")) if settings.exists() else {}
-    except (OSError, ValueError) as e:
-        raise InputError(f"--force-answers: {settings}: cannot read ({e})") from None
-    if not isinstance(saved, dict):
-        raise InputError(f"--force-answers: {settings}: not a run's settings (a JSON object)")
+    saved = common.read_settings(settings) if settings.exists() else {}
     if (run_model := saved.get("--model")) not in (None, model):
         raise InputError(f"--force-answers {path}: the run's model is {run_model}; pass --model {run_model}")
     todo = [r for r in rows if needs_forcing(r) and r["id"] not in done]
