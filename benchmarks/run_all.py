@@ -360,6 +360,19 @@ def calibration_text(t: dict) -> str:
 SWEEPS = {"SeaKR": ("seakr", "seakr-delta"), "CtrlA": ("ctrla", "ctrla-tau"), "Rowen": ("rowen-hybrid", "rowen-hybrid-t")}
 
 
+def at_code_default(out: Path, name: str) -> bool:
+    """A SeaKR threshold run whose --threshold is the code's own delta for its model (seakr.THRESHOLDS), as
+    seakr-delta0.41 is for Qwen2.5-Coder-1.5B: the run at the default threshold, though its name gives the
+    delta (the plan passes it explicitly; a settings file that cannot be read says no)."""
+    import seakr
+    try:
+        saved = json.loads((out / f"{name}.settings.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(saved, dict) and saved.get("--threshold") is not None
+            and saved.get("--threshold") == seakr.THRESHOLDS.get(saved.get("--model")))
+
+
 def plot(rows, path: Path, title: str) -> bool:
     """F1 against retrieval rate: per method, a line through its threshold runs in order of retrieval rate,
     and its baselines (CoT, IRCoT, never, always, ...) as squares of the same colour, each named (the signal
@@ -381,6 +394,9 @@ def plot(rows, path: Path, title: str) -> bool:
                      for name, m, _, s, _ in rows if m == method and name not in ("rowen-cl", "rowen-cm"))
         default, prefix = SWEEPS[method]
         sweep = [p for p in pts if p[2] == default or p[2].startswith(prefix)]
+        named = {p[2] for p in sweep}
+        star = default if default in named else next(    # else the sweep run at the code's default threshold
+            (n for n in sorted(named) if method == "SeaKR" and at_code_default(path.parent, n)), None)
         others = [p for p in pts if p not in sweep]
         if sweep:
             ax.plot([p[0] for p in sweep], [p[1] for p in sweep], "-o", color=color, alpha=0.8,
@@ -396,7 +412,7 @@ def plot(rows, path: Path, title: str) -> bool:
                 ax.annotate(short.replace("delta", "δ ").replace("tau", "τ ").replace("hybrid-t", "Z "), (x, y),
                             textcoords="offset points", xytext=(4, -10), fontsize=7, color=color)
         for x, y, name in sweep:
-            if name == default:   # the run at the method's default threshold
+            if name == star:   # the run at the method's default threshold
                 ax.plot([x], [y], "*", color=color, markersize=14)
                 starred = True
     ax.set_xlabel("retrieval rate (% of questions)")
@@ -502,6 +518,8 @@ def main(argv=None):
                                  for name, (k, left, _) in forced.items())
                      + "; the run files keep their answers as run.")
     total = sum(s["sec_per_q"] * s["n"] for name, _, _, s, _ in rows if name in runs(a) or name in SIGNAL_RUNS)
+    total += sum(r.get("seconds") or 0 for name, _ in signals if name not in runs(a) and name not in SIGNAL_RUNS
+                 for r in files[name])      # signal files under names of their own (Rowen's verifier runs)
     figures = {name: s for name, _, _, s, _ in rows}
     if in_progress:
         figures["in_progress"] = in_progress

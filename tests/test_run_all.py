@@ -169,6 +169,24 @@ def test_table_reads_every_sweep_file_present(tmp_path):
     assert run_all.swept(tmp_path, "seakr-delta", [0.8, 2.5]) == [2.5, -0.99, 0.41]
 
 
+def test_the_sweep_run_at_the_codes_own_delta_is_the_default(tmp_path):
+    # the plan passes SeaKR's calibrated delta explicitly (seakr-delta0.41): that run is the one at the
+    # default threshold, the plot's star; another delta, another model, no --threshold or no settings: not
+    import seakr
+    d = seakr.THRESHOLDS["qwen2.5-coder-1.5b"]
+    for name, model, threshold in (("seakr-delta0.41", "qwen2.5-coder-1.5b", d),
+                                   ("seakr-delta-0.99", "qwen2.5-coder-1.5b", -0.99),
+                                   ("seakr-delta0.41b", "smollm2-135m", d), ("seakr", "qwen2.5-coder-1.5b", None)):
+        (tmp_path / f"{name}.settings.json").write_text(json.dumps({"--model": model, "--threshold": threshold}))
+    (tmp_path / "broken.settings.json").write_text("{")
+    assert run_all.at_code_default(tmp_path, "seakr-delta0.41")
+    assert not run_all.at_code_default(tmp_path, "seakr-delta-0.99")
+    assert not run_all.at_code_default(tmp_path, "seakr-delta0.41b")
+    assert not run_all.at_code_default(tmp_path, "seakr")
+    assert not run_all.at_code_default(tmp_path, "broken")
+    assert not run_all.at_code_default(tmp_path, "absent")
+
+
 def test_table_reads_seakr_answers_again(tmp_path):
     # a run made before the run-on cut: "Paris.Human: ..." is read as "Paris" (EM 1), the run file unchanged
     write(tmp_path / "ircot.jsonl", [qa("1", "Paris.Human: Given the context, what is", 1), qa("2", "Rome", 1)])
@@ -280,7 +298,7 @@ def test_table_leaves_out_a_run_still_running_and_says_so(tmp_path):
     assert "in_progress" not in figures and figures["ircot"]["n"] == 3
 
 
-def test_table_of_a_directory_of_signal_files_only_such_as_rowens_verifier_runs(tmp_path):
+def test_table_of_a_directory_of_signal_files_only_such_as_rowens_verifier_runs(tmp_path, capsys):
     # three --never-retrieve runs of the same questions, one per verifier (names run_all does not run)
     write(tmp_path / "rowen-v-a.jsonl", [rowen_row("1", 1.0, 0.0, "Paris", "Paris"), rowen_row("2", 0.5, 0.0, "Rome", "Rome")])
     write(tmp_path / "rowen-v-b.jsonl", [rowen_row("1", 1.0, 0.9, "Paris", "Paris"), rowen_row("2", 0.5, 0.2, "Rome", "Rome")])
@@ -297,6 +315,8 @@ def test_table_of_a_directory_of_signal_files_only_such_as_rowens_verifier_runs(
                             "fewer): rowen-v-c (1 of 2).")
     assert "| rowen-v-b | Rowen | -Z_CM | 2 | 1 | 1.000 |" in table
     assert not (tmp_path / "f1_vs_retrieval.png").exists()
+    # their model time is counted (4 questions of 100 s in the table; c, left out, is not)
+    assert "model time of the runs: 0.11 h" in capsys.readouterr().out
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(SystemExit, match="no run files"):
