@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The baseline table's plan (results/README.md), items 1 to 4 in order, one model job at a time, from
+# The baseline table's plan (results/README.md), items 1 to 5 in order, one model job at a time, from
 # the worktree pinned at the plan's commit; every run resumes where its file ends, so running this again
 # goes on where it stopped (a finished run is skipped before its model loads).
 #
@@ -39,7 +39,8 @@ echo "SeaKR delta: $D"
 python benchmarks/run_all.py --data "$H" --limit 50 --model $M --out results/hotpotqa50-$M \
     --deltas "$D" --taus --runs "seakr-delta$D" cot ircot seakr-no-sa-retrieval \
     --cache "$CACHE" -- --dtype float32 --linear onednn
-D2=$(python - results/hotpotqa50-$M/seakr-delta$D.jsonl "$D" <<'PY'
+second_delta() {   # FILE D: from the first run's first-step eigen scores, a delta that keeps half as many
+    python - "$1" "$2" <<'PY'
 import sys
 import eval
 first = sorted(r["trace"]["steps"][0]["score"] for r in eval.read_rows(sys.argv[1])
@@ -47,7 +48,8 @@ first = sorted(r["trace"]["steps"][0]["score"] for r in eval.read_rows(sys.argv[
 kept = sum(s <= float(sys.argv[2]) for s in first)     # first steps that D does not send to retrieval
 print("%g" % round(first[max(0, kept // 2 - 1)], 2))   # D2 keeps the lowest half of those
 PY
-)
+}
+D2=$(second_delta results/hotpotqa50-$M/seakr-delta$D.jsonl "$D")
 echo "SeaKR second delta: $D2"
 python benchmarks/run_all.py --data "$H" --limit 50 --model $M --out results/hotpotqa50-$M \
     --deltas "$D2" --taus --runs "seakr-delta$D2" --cache "$CACHE" -- --dtype float32 --linear onednn
@@ -99,3 +101,22 @@ python benchmarks/run_all.py --data $R/rowen/sampled_strategyqa.json --limit 50 
     --verifier "$VERIFIER" --corpus outputs/strategyqa50-facts.jsonl --out results/strategyqa50-$M \
     --runs rowen-hybrid-always --cache "$CACHE" -- --dtype float32 --linear onednn
 echo "plan items 1-4 done"
+
+# 5. 2WikiMultihopQA, first 50 dev questions, BM25 over their own paragraphs pooled (446 passages): items 2
+#    and 3 again, the "- S.A. Retrieval" ablation last (the dearest run: about 7 h of HotpotQA's)
+W=$R/2wikimultihopqa/2wikimultihopqa_dev_200.jsonl
+O=results/2wikimultihopqa50-$M
+python benchmarks/run_all.py --data "$W" --limit 50 --model $M --out $O --deltas "$D" --taus \
+    --runs "seakr-delta$D" cot ircot --cache "$CACHE" -- --dtype float32 --linear onednn
+W2=$(second_delta $O/seakr-delta$D.jsonl "$D")
+echo "SeaKR second delta on 2WikiMultihopQA: $W2"
+python benchmarks/run_all.py --data "$W" --limit 50 --model $M --out $O --deltas "$W2" --taus \
+    --runs "seakr-delta$W2" --cache "$CACHE" -- --dtype float32 --linear onednn
+python benchmarks/run_all.py --data "$W" --limit 50 --model $M --out $O \
+    --runs ctrla ctrla-never ctrla-always --cache "$CACHE" -- --dtype float32 --linear onednn --directions $F
+for run in ctrla ctrla-never ctrla-always; do
+    python "$(dirname "$0")/../ctrla.py" --force-answers $O/$run.jsonl --model $M "${K[@]}"
+done
+python benchmarks/run_all.py --data "$W" --limit 50 --model $M --out $O --deltas "$D" --taus \
+    --runs seakr-no-sa-retrieval --cache "$CACHE" -- --dtype float32 --linear onednn
+echo "plan item 5 done"
