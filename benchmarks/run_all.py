@@ -364,13 +364,13 @@ def at_code_default(out: Path, name: str) -> bool:
     """A SeaKR threshold run whose --threshold is the code's own delta for its model (seakr.THRESHOLDS), as
     seakr-delta0.41 is for Qwen2.5-Coder-1.5B: the run at the default threshold, though its name gives the
     delta (the plan passes it explicitly; a settings file that cannot be read says no)."""
+    import common
     import seakr
     try:
-        saved = json.loads((out / f"{name}.settings.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        saved = common.read_settings(out / f"{name}.settings.json")
+    except common.InputError:
         return False
-    return (isinstance(saved, dict) and saved.get("--threshold") is not None
-            and saved.get("--threshold") == seakr.THRESHOLDS.get(saved.get("--model")))
+    return saved.get("--threshold") is not None and saved.get("--threshold") == seakr.THRESHOLDS.get(saved.get("--model"))
 
 
 def plot(rows, path: Path, title: str) -> bool:
