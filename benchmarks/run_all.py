@@ -27,8 +27,8 @@ never run), SeaKR's eigen score of each question's first step (CtrlA's monitor o
 against the unaided run's wrong answers and against where retrieving at every step helps:
 eval.step_signals; and from a seakr-calibrate file, SeaKR's threshold
 by the paper's 5.3 rule and ours: seakr.threshold_table), OUT/figures.json and, if matplotlib is installed (an optional dependency of this command only),
-OUT/f1_vs_retrieval.png: F1 against retrieval rate, one line per method through its thresholds, its
-baselines as named squares. SeaKR's answers (its baselines' too) are read again as today's code reads them
+OUT/f1_vs_retrieval.png: F1 against retrieval rate (acc_vs_retrieval.png for StrategyQA's accuracy), one line
+per method through its thresholds, its baselines as named squares. SeaKR's answers (its baselines' too) are read again as today's code reads them
 (reread_seakr: runs before 1f32c40 kept answers that run on into a turn the model invents); the table
 says how many changed and whether a step before a question's last would have stopped today's code
 (run_on_steps), and figures.json holds the changed answers (its "reread"), which view.py shows. A CtrlA
@@ -373,24 +373,38 @@ def at_code_default(out: Path, name: str) -> bool:
     return saved.get("--threshold") is not None and saved.get("--threshold") == seakr.THRESHOLDS.get(saved.get("--model"))
 
 
-def plot(rows, path: Path, title: str) -> bool:
-    """F1 against retrieval rate: per method, a line through its threshold runs in order of retrieval rate,
-    and its baselines (CoT, IRCoT, never, always, ...) as squares of the same colour, each named (the signal
-    runs, which never retrieve, left out; no plot without another run)."""
+# What the plot puts against the retrieval rate: the first of these that every plotted run has (F1 for
+# short-answer QA, accuracy for StrategyQA, TruthfulQA's closer-to-correct)
+PLOT_METRICS = (("f1", "F1"), ("acc", "accuracy"), ("closer_to_correct", "closer to a correct answer"))
+
+
+def plot_metric(rows) -> tuple[str, str] | None:
+    """(key, label) of the metric the plot shows for these table rows (PLOT_METRICS), None if none fits."""
+    return next((m for m in PLOT_METRICS if all(m[0] in s for _, _, _, s, _ in rows)), None)
+
+
+def plot(rows, out: Path, title: str) -> Path | None:
+    """The task's metric against retrieval rate, into OUT/<metric>_vs_retrieval.png (f1_vs_retrieval.png for
+    short-answer QA): per method, a line through its threshold runs in order of retrieval rate, and its
+    baselines (CoT, IRCoT, never, always, ...) as squares of the same colour, each named (the signal runs,
+    which never retrieve, left out; no plot without another run). Returns the picture's path."""
     rows = [r for r in rows if r[0] not in SIGNAL_RUNS]
-    if not rows:
-        return False
+    metric = plot_metric(rows)
+    if not rows or metric is None:
+        return None
+    key, label = metric
+    path = out / f"{key}_vs_retrieval.png"
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
-        return False
+        return None
     fig, ax = plt.subplots(figsize=(7, 4.5))
     starred = False
     for method, color in (("SeaKR", "tab:blue"), ("CtrlA", "tab:orange"), ("Rowen", "tab:green")):
-        pts = sorted((100 * s["retrieval_rate"], 100 * s.get("f1", 0), name)
+        pts = sorted((100 * s["retrieval_rate"], 100 * s[key], name)
                      for name, m, _, s, _ in rows if m == method and name not in ("rowen-cl", "rowen-cm"))
         default, prefix = SWEEPS[method]
         sweep = [p for p in pts if p[2] == default or p[2].startswith(prefix)]
@@ -416,13 +430,13 @@ def plot(rows, path: Path, title: str) -> bool:
                 ax.plot([x], [y], "*", color=color, markersize=14)
                 starred = True
     ax.set_xlabel("retrieval rate (% of questions)")
-    ax.set_ylabel("F1 (%)")
+    ax.set_ylabel(f"{label} (%)")
     ax.set_title(title + ("  (star: default threshold)" if starred else ""), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    return True
+    return path
 
 
 def main(argv=None):
@@ -548,8 +562,8 @@ def main(argv=None):
     (a.out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
     print(table)
     print(f"model time of the runs: {total / 3600:.2f} h (sum of per-question seconds)")
-    if rows and plot(rows, a.out / "f1_vs_retrieval.png", f"{a.out.name}, {rows[0][3]['n']} questions"):
-        print(f"plot: {a.out / 'f1_vs_retrieval.png'}")
+    if rows and (picture := plot(rows, a.out, f"{a.out.name}, {rows[0][3]['n']} questions")):
+        print(f"plot: {picture}")
 
 
 if __name__ == "__main__":

@@ -187,6 +187,23 @@ def test_the_sweep_run_at_the_codes_own_delta_is_the_default(tmp_path):
     assert not run_all.at_code_default(tmp_path, "absent")
 
 
+def test_the_plot_shows_the_tasks_own_metric(tmp_path):
+    # F1 for short-answer QA, accuracy for StrategyQA (its rows carry no F1: plotted as F1 they all sat at 0)
+    write(tmp_path / "cot.jsonl", [qa("1", "Paris", 0)])
+    write(tmp_path / "ircot.jsonl", [qa("1", "Rome", 1)])
+    rows = run_all.table_rows(argparse.Namespace(out=tmp_path, runs=["all"], deltas=[], taus=[], zs=[]))
+    assert run_all.plot_metric(rows)[0] == "f1"
+    strategy = tmp_path / "strategyqa"
+    strategy.mkdir()
+    row = {**rowen_row("1", 0.0, 0.0, "No", "Yes"), "label": True}
+    write(strategy / "rowen-hybrid-always.jsonl", [row, {**row, "id": "2", "label": False}])
+    rows = run_all.table_rows(argparse.Namespace(out=strategy, runs=["all"], deltas=[], taus=[], zs=[]))
+    assert {name for name, *_ in rows} >= {"rowen-hybrid", "rowen-never", "rowen-hybrid-always"}
+    assert run_all.plot_metric(rows) == ("acc", "accuracy")
+    always = next(s for name, _, _, s, _ in rows if name == "rowen-hybrid-always")
+    assert always["acc"] == 0.5          # "Yes" is right on the first question, wrong on the second
+
+
 def test_table_reads_seakr_answers_again(tmp_path):
     # a run made before the run-on cut: "Paris.Human: ..." is read as "Paris" (EM 1), the run file unchanged
     write(tmp_path / "ircot.jsonl", [qa("1", "Paris.Human: Given the context, what is", 1), qa("2", "Rome", 1)])
