@@ -102,6 +102,12 @@ python benchmarks/run_all.py --data $R/rowen/sampled_strategyqa.json --limit 50 
     --runs rowen-hybrid-always --cache "$CACHE" -- --dtype float32 --linear onednn
 echo "plan items 1-4 done"
 
+# 3, on multi-hop: CtrlA's monitor over HotpotQA's 50 chains (never retrieves, records the monitor on every
+# segment): the chain's trigger and lowest score against its answer being wrong. The CtrlA runs of item 3
+# record no monitor where they never retrieve, and their first segment is a preamble (README: Results)
+python benchmarks/run_all.py --data "$H" --limit 50 --model $M --out results/hotpotqa50-monitor-$M \
+    --runs ctrla-monitor-only --cache "$CACHE" -- --dtype float32 --linear onednn --directions $F
+
 # 5. 2WikiMultihopQA, first 50 dev questions, BM25 over their own paragraphs pooled (446 passages): items 2
 #    and 3 again, the "- S.A. Retrieval" ablation last (the dearest run: about 7 h of HotpotQA's)
 W=$R/2wikimultihopqa/2wikimultihopqa_dev_200.jsonl
