@@ -531,7 +531,10 @@ def first_sentence(text: str) -> tuple[str, bool]:
 
 
 def extract_answer(text: str) -> str:
-    """Multi-hop answer: the text after the first "the answer is" (DRAGIN), else the whole text."""
+    """Multi-hop answer: the text after the first "the answer is" (DRAGIN), to the end of its line, else the
+    whole text. Divergence: DRAGIN's evaluation reads on to the end of the reply (data.py
+    get_real_prediction; only "Question:" and "Note:" cut it); a line break here ends the answer, since
+    what follows it is the model going on (its next step), not the answer."""
     m = _ANSWER_IS.search(text)
     return m.group(1).split("\n")[0].strip().rstrip(".").strip() if m else text.strip()
 

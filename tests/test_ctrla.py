@@ -386,6 +386,10 @@ def test_first_sentence_and_answer():
     assert ctrla.joined(["Steps:\n", "1. Find it.", "2. Say it.\n", "Done."]) == "Steps:\n1. Find it. 2. Say it.\nDone."
     assert ctrla.joined([]) == ""
     assert ctrla.extract_answer("They are both producers. So the answer is producer.") == "producer"
+    # to the end of its line (the stated divergence from DRAGIN, which reads on), on the same line whole
+    assert ctrla.extract_answer("So the answer is: WINNER.\nStep 4: check it.") == "WINNER"
+    assert ctrla.extract_answer("So the answer is WINNER. Step 4: The answer") == "WINNER. Step 4: The answer"
+    assert ctrla.extract_answer("No answer named here.\n") == "No answer named here."
     assert ctrla.clean_query(' Search query: "Who built it?"\nmore') == "Who built it?"
 
 
