@@ -73,6 +73,8 @@ Differs from the official code in:
   analyze each option step-by-step:" then ends on ":" where the model wrote ":\n", and
   Qwen2.5-Coder-1.5B ends its turn there, its answer that one sentence (HotpotQA questions of the
   baseline table's CtrlA run, made before this: results/README.md); with the break it goes on "1. ...";
+  the prediction keeps these line breaks, which the metrics read as spaces (official: the output's "\n"
+  are deleted, gluing the words on either side, before `match`);
 - the monitored text is prompt + segment joined as the next prompt joins them (append: no space after
   a newline; official: always " "); the segment's tokens are those whose characters reach into it
   (official: the last len(tokenize(segment)) tokens), each mapped to the whitespace words it overlaps;
@@ -448,6 +450,8 @@ _ABBREV = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "vs", "etc", "mt",
            "rev", "inc", "ltd", "co", "approx", "jan", "feb", "aug", "sept", "oct", "nov", "dec"}
 _BOUNDARY = re.compile(r"[.!?]+[\"')\]]*(?=\s)|\n")
 SENTENCE_STOPS = (". ", "? ", "! ", ".\n", "?\n", "!\n")
+# "the answer is" in any case (divergence: DRAGIN's evaluation tests the lower-case words only, so a chain
+# that says only "The answer is no." gets a forced answer there; here it has named its answer)
 _ANSWER_IS = re.compile(r"the answer is\s*:?\s*(.*)", re.IGNORECASE | re.DOTALL)
 _CONTRACTION = r"n't\b|'(?:s|t|re|ve|m|d|ll)\b"
 _ASCII_PUNCT = str.maketrans("", "", string.punctuation)
@@ -532,9 +536,12 @@ def first_sentence(text: str) -> tuple[str, bool]:
 
 def extract_answer(text: str) -> str:
     """Multi-hop answer: the text after the first "the answer is" (DRAGIN), to the end of its line, else the
-    whole text. Divergence: DRAGIN's evaluation reads on to the end of the reply (data.py
+    whole text. Divergences: DRAGIN's evaluation reads on to the end of the reply (data.py
     get_real_prediction; only "Question:" and "Note:" cut it); a line break here ends the answer, since
-    what follows it is the model going on (its next step), not the answer."""
+    what follows it is the model going on (its next step), not the answer. A text that names no answer
+    is scored whole where DRAGIN's HotpotQA reader gives "" (its 2WikiMultihopQA reader the text); every
+    chain of the loop names one or is given a forced one, so only rows run without that step (files of
+    older code) are read whole."""
     m = _ANSWER_IS.search(text)
     return m.group(1).split("\n")[0].strip().rstrip(".").strip() if m else text.strip()
 
@@ -909,8 +916,9 @@ def solve(run: Run, rec: dict) -> dict:
 
 
 def multihop_prediction(text: str, forced: str | None) -> str:
-    """The answer of a multi-hop chain: after its "the answer is", or after the forced one's."""
-    return extract_answer(text if forced is None else forced_reply(text, forced))
+    """The answer of a multi-hop chain: after its "the answer is" in the chain cut at FORCE_CUT (as DRAGIN's
+    regenerate_answer returns a chain that names its answer), or after the forced one's."""
+    return extract_answer(cut_chain(text) if forced is None else forced_reply(text, forced))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -18,8 +18,10 @@ To run every method and its baselines on the same questions and get one table an
 against retrieval rate: benchmarks/run_all.py (it scores with this file).
 
 Differs from the official code in:
-- StrategyQA: Rowen's `is_supported` falls back to True, so "No." and "" count as True; our
-  `parse_yes_no` reads "No." as False and an answer without yes/no/true/false as wrong.
+- StrategyQA: Rowen's `is_supported`, without "true" or "false" in the answer, falls back to True
+  unless "not", "cannot", "unknown" or "information" is one of its words, so "No." and "" count as True
+  and "I cannot say" as False; our `parse_yes_no` reads "No." as False and an answer without
+  yes/no/true/false as wrong.
 - TruthfulQA: BLEU and ROUGE-L are Rowen's definitions, but the correct-answer string is joined back
   from the loaded answers, so a trailing " " or "; " in the official file (3 of its 817 rows) is gone;
   an answer with no word scores ROUGE-L 0 (the `rouge` package raises on it, which stops the official
@@ -123,7 +125,8 @@ def parse_yes_no(text):
 
     Word tokens of the lowercased text; if the first word is yes/true -> True, no/false -> False;
     otherwise the first of those four words anywhere decides ("It is true that ..." -> True).
-    Rowen's `is_supported` instead tests substrings and falls back to True, so "No." reads as True."""
+    Rowen's `is_supported` instead tests substrings and, without "true" or "false", falls back to True
+    unless "not", "cannot", "unknown" or "information" is a word of the text, so "No." reads as True."""
     words = re.findall(r"[a-z]+", text.lower()) if isinstance(text, str) else []
     for w in words:  # the first word is simply the first candidate looked at
         if w in ("yes", "true"):

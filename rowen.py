@@ -37,7 +37,9 @@ Differs from the official code in:
   ("not true", "isn't true"); an echoed choice ("(True or False)") and a "no" before a noun ("no
   contradiction") are no verdicts; single-character Chinese words count only standing alone; a reply
   without a verdict is None, which counts as not consistent. The official `is_supported` reads "No." and
-  "" as True, and "True. It is not false" as False (the later of "true" and "false" wins);
+  "" as True, "I cannot say" as False (without "true" or "false" it is True unless "not", "cannot",
+  "unknown" or "information" is a word of the reply), and "True. It is not false" as False (the later of
+  "true" and "false" wins);
 - StrategyQA compares labels without a judge, as the official code does, but with the same reader in
   both languages (official `is_supported_zh` reads "否，不是" as True); unreadable labels never agree;
 - thresholds: 0.6 CL and 0.8 CM (paper 5.4; official 0.5 everywhere); hybrid 0.5, the official default,
@@ -267,7 +269,8 @@ def read_yes_no(text: str, language: str = "English") -> bool | None:
     "Your response (True or False): False." -> False (the offered choice "True or False" is no verdict),
     "True or False" -> None, "" -> None, "对不起，我不知道" -> None. The official `is_supported` also reads
     the verdict word, but lets the later of "true" and "false" win when both occur ("True. It is not false"
-    -> False) and falls back to True when neither does, so it reads "No." and "" as True."""
+    -> False) and, when neither does, gives True unless "not", "cannot", "unknown" or "information" is a word
+    of the reply, so it reads "No." and "" as True and "I cannot say" as False."""
     text = (text or "").lower()
     yes = {w.lower() for w in YES_NO["English"][0] + YES_NO[language][0]}
     found = list(_yes_no_pattern(language).finditer(text))

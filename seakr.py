@@ -14,8 +14,8 @@ The method in five lines:
 
 Baselines and ablations from the same code (paper 4.1.2 and Table 3), `--retrieve`:
 - `never`: CoT, one greedy chain of thought with the same exemplars (100 tokens, DRAGIN's length), no
-  retrieval and no uncertainty; a chain that names no answer gets the forced answer (DRAGIN scores the
-  whole text then);
+  retrieval and no uncertainty; a chain that names no answer gets the forced answer (as DRAGIN's
+  evaluation gives one);
 - `ircot`: IRCoT, retrieve at every step with the question (first step) or the last generated sentence
   (later steps) as the query, as DRAGIN's fix-sentence IRCoT does; BM25's top passage not yet read
   joins the context, which keeps what was read (as IRCoT; DRAGIN's run shows the current query's top 3
@@ -234,7 +234,11 @@ def extract_answer(text: str) -> str | None:
     comma or period), up to the sentence's end: "So the answer is August 25, 1963." -> "August 25, 1963",
     "So the answer is St. Louis." -> "St. Louis"; else the words before "is the answer" that follow a
     sentence end (its second pattern). An empty answer is none ("I think. is the answer" -> None, as
-    official check_final_step, which takes "" for no answer)."""
+    official check_final_step, which takes "" for no answer). Divergences, wherever an answer is read
+    (the loop's steps, reason, the baselines' chains): an answer with no comma or period after it is read
+    too ("So the answer is Paris" -> "Paris"; the official pattern needs one, and without it falls to its
+    second pattern, then to a forced answer); an empty answer is none everywhere (official read_all_docs
+    keeps "" and forces only when the pattern finds nothing, and compare_answer takes "" as an answer)."""
     m = _ANSWER_IS.search(text)
     if m:
         return cut_answer(m.group(1))

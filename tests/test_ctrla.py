@@ -793,6 +793,11 @@ def test_cut_chain_and_forced_reply():
     assert ctrla.forced_reply("", " C.") == "So the answer is C."
     assert ctrla.multihop_prediction("A is B. So the answer is D.", None) == "D"
     assert ctrla.multihop_prediction("A is B.", " C.\nMore") == "C"
+    # a chain that names its answer is cut at FORCE_CUT first, as DRAGIN returns it
+    assert ctrla.multihop_prediction("So the answer is D. Note: E.", None) == "D"
+    assert ctrla.multihop_prediction("So the answer is D.Question: E?", None) == "D"
+    # "The answer is" in any case names the answer (DRAGIN's lower-case test would force one)
+    assert ctrla.multihop_prediction("The answer is no.", None) == "no"
 
 
 def mh_row(qid, answer, task="hotpotqa", **trace):
