@@ -75,8 +75,8 @@ EMBEDDED = {
                            "gguf": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "size": 1_117_320_768,
                            "sha256": "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"},
 }
-STRONG_MODEL = "qwen2.5-coder-1.5b"   # the default wherever bfloat16 is fast (see default_model)
-LIGHT_MODEL = "smollm2-135m"          # the default on other CPUs
+STRONG_MODEL = "qwen2.5-coder-1.5b"   # the default on GPUs (see default_model)
+LIGHT_MODEL = "smollm2-135m"          # the default on CPUs
 CACHE_DIR = Path(os.environ.get("ADAPTIVE_RAG_CACHE", Path.home() / ".cache" / "adaptive-rag"))
 _LOADED: dict = {}
 DTYPES = ("auto", "float32", "bfloat16", "float16", "int8")
@@ -311,24 +311,24 @@ def linear_of(args) -> str:
     return linear
 
 
-def default_model(device: str, flags: str) -> tuple[str, str]:
-    """(alias, why): the strongest alias whose `make demo` (SeaKR, 16 HotpotQA questions) runs in
-    about 10 minutes on a 2-core machine in the precision choose_dtype picks there.
+def default_model(device: str) -> tuple[str, str]:
+    """(alias, why): the strongest alias whose `make demo` (SeaKR, the 16 HotpotQA demo questions) runs in
+    a few minutes where it runs: Qwen2.5-Coder-1.5B on a GPU, SmolLM2-135M on any CPU.
 
-    Qwen2.5-Coder-1.5B where that precision is bfloat16 (a GPU, or a CPU with AMX / AVX512-BF16:
-    bfloat16 products 2.4 vs 0.31 TFLOP/s of float32 on a 2-core Xeon). Elsewhere only float32 is
-    fast (bfloat16 products ran at 1/50 of float32's speed on a 2-core AVX2 AMD EPYC), and there one
-    SeaKR demo question took 141 s with Qwen-0.5B and 87 s with SmolLM2 (busy machine, one thread),
-    so 16 questions of a Qwen exceed 10 minutes: SmolLM2 stays the default on such CPUs.
-    --model qwen2.5-coder-1.5b runs the stronger model on any machine.
+    The demo timed on 2-core machines: on an Intel Xeon with AMX (family 6, model 207), where
+    choose_dtype picks bfloat16, Qwen2.5-Coder-1.5B took 25 min 25 s (94 s a question) and SmolLM2-135M
+    6 min 4 s (22 s); on an AVX2-only AMD EPYC (float32) SmolLM2 took 6 min 51 s, and Qwen2.5-Coder-1.5B
+    costs 12.5x SmolLM2 per question there (benchmarks/README.md: Cost per model). On an NVIDIA H100 a
+    SeaKR demo question took about 10 s with Qwen2.5-Coder-0.5B and 27 s with a model of Qwen2.5-7B's
+    shapes (README: Run it at paper scale). Qwen2.5-Coder-0.5B shows no SeaKR signal (README:
+    Thresholds). --model qwen2.5-coder-1.5b runs the stronger model on any machine.
     """
-    dtype, why = choose_dtype(device, flags)
-    if dtype == "bfloat16":
-        return STRONG_MODEL, why
-    return LIGHT_MODEL, why
+    if device != "cpu":
+        return STRONG_MODEL, f"device {device}"
+    return LIGHT_MODEL, "a CPU: the 1.5B model costs 1.5 minutes or more a demo question here"
 
 
-DEFAULT_MODEL = default_model("cuda" if torch.cuda.is_available() else "cpu", cpu_flags())[0]
+DEFAULT_MODEL = default_model(resolve_device("auto"))[0]
 
 
 def model_path(name: str):

@@ -180,15 +180,11 @@ def test_real_join_verifies_and_a_copy_with_one_flipped_byte_is_refused(tmp_path
         common.verify_file(out, info["size"], info["sha256"])
 
 
-@pytest.mark.parametrize("device,flags,alias", [
-    ("cpu", XEON_AMX, "qwen2.5-coder-1.5b"),
-    ("cpu", ZEN4, "qwen2.5-coder-1.5b"),
-    ("cuda", "", "qwen2.5-coder-1.5b"),
-    ("cpu", EPYC_AVX2, "smollm2-135m"),
-    ("cpu", "", "smollm2-135m"),
-])
-def test_default_model_is_the_strong_one_where_bfloat16_is_fast(device, flags, alias):
-    assert common.default_model(device, flags)[0] == alias
+@pytest.mark.parametrize("device,alias", [("cuda", "qwen2.5-coder-1.5b"), ("cuda:1", "qwen2.5-coder-1.5b"),
+                                          ("cpu", "smollm2-135m")])
+def test_default_model_is_the_strong_one_on_gpus_only(device, alias):
+    # on every CPU, AMX ones included (bfloat16 fast there, yet the 1.5B demo took 25 min on 2 cores)
+    assert common.default_model(device)[0] == alias
     assert alias in common.EMBEDDED
 
 

@@ -472,7 +472,7 @@ def test_simple_qa_tries_each_passage_alone(tiny):
 @pytest.mark.slow
 def test_end_to_end_on_embedded_model(tmp_path):
     out = tmp_path / "seakr.jsonl"
-    # SmolLM2 named: the default is Qwen2.5-Coder-1.5B on AMX / AVX512-BF16 CPUs, too slow for a test
+    # SmolLM2 named: on a machine with a GPU the default is Qwen2.5-Coder-1.5B, too slow for a test
     seakr.main(["--model", "smollm2-135m", "--dataset", "hotpotqa", "--corpus", "contexts", "--limit", "1",
                 "--samples", "4", "--output", str(out)])
     import json
