@@ -43,7 +43,7 @@ from rouge import Rouge
 
 # Order of the table's columns; keys not listed here follow, sorted.
 COLUMNS = ["n", "em", "f1", "acc", "bleu", "rouge_l", "closer_to_correct",
-           "retrieval_rate", "retrievals_per_q", "calls_per_q", "sec_per_q"]
+           "retrieval_rate", "retrievals_per_q", "calls_per_q", "sec_per_q", "cpu"]
 PERCENT = {"em", "f1", "acc", "bleu", "rouge_l", "closer_to_correct", "retrieval_rate"}
 PUNCTUATION = set(string.punctuation)
 
@@ -247,7 +247,30 @@ def summarize(rows):
     summary["retrievals_per_q"] = mean(cost("retrievals"))
     summary["calls_per_q"] = mean(cost("model_calls"))
     summary["sec_per_q"] = mean(cost("seconds"))
+    if (where := machines(rows)) is not None:
+        summary["cpu"] = where
     return summary
+
+
+_VENDOR_ID = re.compile(r"\((?:GenuineIntel|AuthenticAMD), ")
+
+
+def short_cpu(name) -> str:
+    """A row's `cpu` (common.cpu_name: "MODEL NAME (VENDOR, family F, model M)", or a GPU's name) in fewer
+    words: "Intel(R) Xeon(R) Processor (GenuineIntel, family 6, model 207)" -> "Intel Xeon (family 6,
+    model 207)"; the family and model tell CPUs of one name apart."""
+    text = _VENDOR_ID.sub("(", re.sub(r"\((?:R|TM)\)|\bProcessor\b", "", str(name)))
+    return " ".join(text.split()).replace(" )", ")")
+
+
+def machines(rows) -> str | None:
+    """Where a run's rows ran (their `cpu`, short_cpu): the one machine kind, or each kind with its number
+    of rows in the order they first ran ("AMD EPYC (family 23, model 1): 43, Intel Xeon (...): 7"; rows
+    that name none as "not recorded"); None when no row names one (files of older code)."""
+    kinds = Counter(short_cpu(r["cpu"]) if r.get("cpu") else "not recorded" for r in rows)
+    if not rows or set(kinds) == {"not recorded"}:
+        return None
+    return next(iter(kinds)) if len(kinds) == 1 else ", ".join(f"{k}: {n}" for k, n in kinds.items())
 
 
 def read_rows(path):
@@ -284,7 +307,7 @@ def format_table(named_summaries, markdown=False, first="file"):
         if key not in summary:
             return "-"
         value = summary[key]
-        if key == "n":
+        if key == "n" or isinstance(value, str):
             return str(value)
         return f"{100 * value:.1f}" if key in PERCENT else f"{value:.2f}"
 

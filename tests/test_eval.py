@@ -179,6 +179,30 @@ def test_summarize_hand_rows():
     }
 
 
+XEON = "Intel(R) Xeon(R) Processor (GenuineIntel, family 6, model 207)"
+EPYC = "AMD EPYC (AuthenticAMD, family 23, model 1)"
+
+
+def test_short_cpu():
+    assert ev.short_cpu(XEON) == "Intel Xeon (family 6, model 207)"
+    assert ev.short_cpu(EPYC) == "AMD EPYC (family 23, model 1)"
+    assert ev.short_cpu("Intel(R) Core(TM) i7-8700 CPU (GenuineIntel, family 6, model 158)") == \
+        "Intel Core i7-8700 CPU (family 6, model 158)"
+    assert ev.short_cpu("NVIDIA H100 80GB HBM3") == "NVIDIA H100 80GB HBM3"      # a GPU's name as it is
+
+
+def test_summarize_names_where_the_rows_ran():
+    rows = hand_rows()
+    assert "cpu" not in ev.summarize(rows)                   # no row names one (older files)
+    one = [dict(r, cpu=EPYC) for r in rows]
+    assert ev.summarize(one)["cpu"] == "AMD EPYC (family 23, model 1)"
+    mixed = [dict(rows[0], cpu=EPYC), dict(rows[1], cpu=XEON), dict(rows[2], cpu=EPYC), dict(rows[2])]
+    assert ev.summarize(mixed)["cpu"] == ("AMD EPYC (family 23, model 1): 2, Intel Xeon (family 6, model 207): 1, "
+                                          "not recorded: 1")        # in the order they first ran
+    table = ev.format_table([("run", ev.summarize(one))]).splitlines()
+    assert table[0].split()[-1] == "cpu" and table[1].endswith("AMD EPYC (family 23, model 1)")
+
+
 def test_summarize_rejects_non_numeric_cost():
     with pytest.raises(ValueError, match="row 1: 'retrievals' should be a number"):
         ev.summarize([{"prediction": "a", "answers": ["a"], "retrievals": [1, 2]}])
