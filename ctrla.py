@@ -591,6 +591,10 @@ def clean_query(text: str) -> str:
 
 _RESPONSE = ("You are a response generation assistant, designed to provide accurate and clear answers "
              "to questions based on the given content.")
+# The paper's Table 10 wording, its typos mended ("Answer a concisely", "time-sensitive please"). It differs
+# from the official templates (code/dataset/utils.py) in small ways: ASQA's there reads "..., and in that
+# case, you have to provide ...", with the "Please focus on ..." sentences after the question (the *_ada
+# keys), where here they are the system turn's; FreshQA's reads "Pacific Standard Time.The question".
 INSTRUCTIONS = {  # paper Table 10
     "short": _RESPONSE + " Please complete the answer if the question is partially answered.",
     "asqa": _RESPONSE + " The questions are ambiguous and have multiple correct answers; you should "
@@ -658,7 +662,10 @@ def task_of(kind: str | None) -> str:
 
 
 def exemplars(task: str) -> str:
-    """DRAGIN's chain-of-thought exemplars (paper C.2), as shipped for SeaKR, so both see one prompt."""
+    """DRAGIN's chain-of-thought exemplars (paper C.2), in the versions SeaKR ships (data/), N_SHOT of them.
+    CtrlA has no multi-hop code; the layout is ours: each exemplar's steps joined by a space as written
+    (SeaKR's prompt turns a step's periods into spaces, "Edward L  Cahn"; DRAGIN joins the steps with
+    nothing between), exemplars separated by a blank line (DRAGIN: one newline)."""
     if task not in _EXEMPLARS:
         try:
             demos = json.loads(EXEMPLAR_FILE.read_text())[task][:N_SHOT]

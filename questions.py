@@ -157,7 +157,10 @@ def _kind_from_name(path, default):
 
 
 def _record(kind, qid, question, answers, contexts=None, **extra):
-    """One question record; answers become stripped, non-empty, de-duplicated strings."""
+    """One question record; answers become stripped, non-empty, de-duplicated strings. Divergence: the
+    question is stripped of surrounding whitespace, where each method's official code takes it as its file
+    has it (2 of HotpotQA dev's first 50 questions end in a space: SeaKR's official prompt reads
+    "? \nAnswer:" there, ours "?\nAnswer:")."""
     answers = [answers] if isinstance(answers, str) else answers  # a lone answer, not a list
     answers = dict.fromkeys(s for s in (str(a).strip() for a in answers if a is not None) if s)
     record = {"id": None if qid is None else str(qid), "question": str(question).strip(),
@@ -267,13 +270,18 @@ def _from_dpr(row, kind):
 
 
 def _from_qa(row, kind):
-    """CtrlA's PopQA / TriviaQA JSONL and Rowen's sampled_nq / sampled_trivia JSON."""
+    """CtrlA's PopQA / TriviaQA JSONL and Rowen's sampled_nq / sampled_trivia JSON. The id is the file's
+    `id` (PopQA's Wikidata-based 4382392, TriviaQA's "qw_2021"); CtrlA's run.py keys its results on
+    `question_id` (PopQA's 0, 1, ...), so our rows join its results.json by question, not by id."""
     return [_record(kind, row.get("id"), row["question"], row["answers"],
                     **_pick(row, "prop", "s_wiki_title", "pop"))]
 
 
 def _from_freshqa(row, kind):
-    """CtrlA's FreshQA JSONL: the acceptable answers are the non-empty answer_0 .. answer_9."""
+    """CtrlA's FreshQA JSONL: the acceptable answers are the non-empty answer_0 .. answer_9; the TEST split
+    only (500 of FreshQA_v04082024's 600 rows), as the official run.py keeps for the paper's results."""
+    if row.get("split", "TEST") != "TEST":
+        return []
     answers = [row.get(f"answer_{i}") for i in range(10)]
     return [_record(kind, row.get("id"), row["question"], answers,
                     **_pick(row, "false_premise", "split", "fact_type", "num_hops"))]

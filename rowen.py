@@ -104,7 +104,8 @@ MAX_TOKENS = {"cot": 512, "short": 64, "perturb": 256, "translate": 128, "check"
 # perturbation sentence (3.2.1) are the paper's; the others are ours, written to do what the official
 # prompts do (spec sections 1-3) without copying their wording.
 
-COT = {  # Stage 1 (Table 1): the chain of thought
+COT = {  # Stage 1 (Table 1): the chain of thought; TruthfulQA's as Table 1 prints it, with its closing period
+         # after "conjecture" (the official TRUTHFULQA_INITIAL_ANSWER_TEMPLATE has none)
     "truthfulqa": """When responding to my question, please first evaluate the validity of the information or the assumption underlying the question. Once you've established its truth or existence, then proceed to deliver a detailed explanation or answer. Prioritize accuracy and fact-checking before diving into elaboration or conjecture.
 My Question: {question}
 Your answer:""",
@@ -129,7 +130,9 @@ FINAL = {  # Stage 1, second turn: the short answer (the TruthfulQA one shows no
 PERTURB = "For the question [ORIGINAL QUESTION], please provide {k} semantically equivalent questions.\nORIGINAL QUESTION: {question}"
 TRANSLATE = "Translate this sentence into {language}. Reply with the translation only:\n{text}"  # ours
 CHECK_CL = "Given the question Q, and two potential answers: answer A in English and answer B in {language}. Your task is to determine if the content and meaning of A and B are equivalent in the context of answering Q. Consider linguistic nuances, cultural variations, and the overall conveyance of information. Respond with a binary classification. If A and B are equivalent, output 'True.', otherwise output 'False'\n\nQuestion: {q}\nAnswer A (in English): {a1}\nAnswer B (in {language}): {a2}\nYour response (True or False):"
-# Table 3's instruction; the layout of the two pairs is ours
+# Table 3's instruction; the layout of the two pairs is ours (official: "explanation. " then "The first QA
+# pair is:" / "The second QA pair is:" before each pair and "Your Guess (True or False):" to close; here
+# "[QA pair 1]" / "[QA pair 2]" and "Your Answer:")
 CHECK_CM = "Are the following two Question-Answer(QA) pairs semantically equivalent? Provide your best guess that it is correct (True or False). Given ONLY the guess (True or False), no other words or explanation.\n\n[QA pair 1]\nQuestion: {q}\nAnswer: {a1}\n\n[QA pair 2]\nQuestion: {q}\nAnswer: {a2}\n\nYour Answer:"
 REFORMULATE = """Question: {question}
 

@@ -44,7 +44,9 @@ Differs from the official code in:
   answer with a passage counts as +inf too (the official notebook takes the minimum score as it is);
 - prompts end in "Answer:" and "So the answer is" without the official trailing space: a final space is
   a token of its own on both tokenizer kinds ("▁" for LLaMA's SentencePiece, " " for byte-level BPE)
-  that the model rarely saw there (common.encode strips it); the model writes the space itself;
+  that the model rarely saw there (common.encode strips it); the model writes the space itself (where
+  the official code forces an answer on such a prompt, "Answer: " + " So the answer is ", it reads
+  "Answer:  So the answer is " with two spaces; here "Answer: So the answer is");
 - the answer after "the answer is" is not cut at the first comma or period ("August 25, 1963" stays);
   it ends at the first sentence end: a period after a title or place abbreviation ("Dr. Who", "St.
   Louis", "Mt. Everest": _ABBREVIATIONS) ends nothing, and one after a capital letter alone ends
@@ -79,7 +81,10 @@ Differs from the official code in:
 - simple QA retrieves BM25's top 10 for the question (official: a pre-packed DPR top-10 file) and uses
   the multi-hop rule "retrieve iff U > delta" (official notebook: keep the direct answer iff U < delta);
 - the question edit is the official one: multi-hop questions have their periods replaced by spaces
-  (official MultiHopReasoner.__init__), simple-QA questions are left as they are (official main_simpleqa).
+  (official MultiHopReasoner.__init__), simple-QA questions are left as they are (official main_simpleqa);
+  but every question is stripped of surrounding whitespace first (questions._record), and a multi-hop one
+  again after the edit (official: kept, so a question that ends in a space or a period is followed by a
+  space before "\nAnswer:").
 """
 from __future__ import annotations
 

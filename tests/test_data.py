@@ -196,6 +196,7 @@ def test_ctrla_files():
     assert fresh[0]["dataset"] == "freshqa" and fresh[0]["id"] == "0"
     assert fresh[0]["false_premise"] is True and fresh[0]["split"] == "TEST"
     assert len(fresh[0]["answers"]) == 2 and fresh[1]["answers"] == ["1989"]
+    assert [r["id"] for r in fresh] == ["0", "2"]       # the DEV row left out: the TEST split, as official
     bio = load_dataset(FIXTURES / "ctrla_bio.jsonl")
     assert bio[1] == {"id": "1", "question": "Tell me a bio of Alan Turing.",
                       "answers": ["Alan Turing"], "dataset": "bio", "topic": "Alan Turing"}
@@ -266,7 +267,7 @@ RAW_COUNTS = {  # file: (records, kind), as stated in shared/data/raw/SOURCES.md
     "nq/NQ-open.dev.jsonl": (3610, "nq"),
     "ctrla/popqa_longtail.jsonl": (1399, "popqa"),
     "ctrla/triviaqa_test.jsonl": (1000, "triviaqa"),
-    "ctrla/FreshQA_v04082024.jsonl": (600, "freshqa"),
+    "ctrla/FreshQA_v04082024.jsonl": (500, "freshqa"),     # its TEST split (600 rows, 100 DEV)
     "ctrla/bio_gen.jsonl": (500, "bio"),
     "rowen/TruthfulQA.json": (817, "truthfulqa"),
     "rowen/sampled_strategyqa.json": (200, "strategyqa"),
