@@ -314,18 +314,21 @@ def format_table(named_summaries, markdown=False, first="file"):
     header = [first] + columns
     body = [[name] + [cell(s, c) for c in columns] for name, s in named_summaries]
     note = f"\n\nnote: {NO_GPT_JUDGE}" if "closer_to_correct" in columns else ""
-    return render_table(header, body, markdown) + note
+    text = {i for i, c in enumerate(columns, 1) if any(isinstance(s.get(c), str) for _, s in named_summaries)}
+    return render_table(header, body, markdown, left={0} | text) + note   # names and words left, numbers right
 
 
 def render_table(header, body, markdown=False, left=1):
-    """Rows of strings as a GitHub markdown table or as aligned text: the first `left` columns
-    (names) aligned left, the others (numbers) right, so that digits line up under each other."""
+    """Rows of strings as a GitHub markdown table or as aligned text: the first `left` columns (names),
+    or the columns whose indices `left` holds when it is a set, aligned left, the others (numbers)
+    right, so that digits line up under each other."""
+    at_left = (lambda i: i < left) if isinstance(left, int) else (lambda i: i in left)
     if markdown:
         lines = ["| " + " | ".join(header) + " |",
-                 "|" + "|".join(["---"] * left + ["---:"] * (len(header) - left)) + "|"]
+                 "|" + "|".join("---" if at_left(i) else "---:" for i in range(len(header))) + "|"]
         return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body])
     widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
-    fmt = lambda r: "  ".join(v.ljust(widths[i]) if i < left else v.rjust(widths[i]) for i, v in enumerate(r))
+    fmt = lambda r: "  ".join(v.ljust(widths[i]) if at_left(i) else v.rjust(widths[i]) for i, v in enumerate(r))
     return "\n".join(fmt(r) for r in [header] + body)
 
 

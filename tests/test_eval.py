@@ -201,6 +201,8 @@ def test_summarize_names_where_the_rows_ran():
                                           "not recorded: 1")        # in the order they first ran
     table = ev.format_table([("run", ev.summarize(one))]).splitlines()
     assert table[0].split()[-1] == "cpu" and table[1].endswith("AMD EPYC (family 23, model 1)")
+    md = ev.format_table([("run", ev.summarize(one))], markdown=True).splitlines()
+    assert md[1] == "|---|" + "---:|" * 8 + "---|"      # the CPU aligned left, as the names; numbers right
 
 
 def test_summarize_rejects_non_numeric_cost():
