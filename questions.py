@@ -60,6 +60,9 @@ def load_dataset(name_or_path, limit=None):
             if not isinstance(r["question"], str) or not r["question"].strip():
                 raise InputError(f"{path}: record {i + 1} has an empty question; fix or remove it")
         records.extend(parsed)
+    if not records and limit != 0:   # every record left out (FreshQA's DEV rows): nothing to run, said so
+        raise InputError(f"{path}: none of its {len(rows)} records is a question to run"
+                         + (" (FreshQA runs its TEST split only, as CtrlA's run.py)" if kind == "freshqa" else ""))
     records = records if limit is None else records[:limit]
     used = set()
     for i, r in enumerate(records):

@@ -185,7 +185,7 @@ def test_nq_open_and_dpr_qa():
         {"title": "Louvre", "text": "The Louvre is an art museum in Paris."}]
 
 
-def test_ctrla_files():
+def test_ctrla_files(tmp_path):
     popqa = load_dataset(FIXTURES / "ctrla_popqa.jsonl")
     assert popqa[0]["dataset"] == "popqa" and popqa[0]["id"] == "100"
     assert popqa[1]["prop"] == "country" and popqa[1]["s_wiki_title"] == "Lyon"
@@ -197,6 +197,10 @@ def test_ctrla_files():
     assert fresh[0]["false_premise"] is True and fresh[0]["split"] == "TEST"
     assert len(fresh[0]["answers"]) == 2 and fresh[1]["answers"] == ["1989"]
     assert [r["id"] for r in fresh] == ["0", "2"]       # the DEV row left out: the TEST split, as official
+    dev_only = tmp_path / "freshqa_dev.jsonl"
+    dev_only.write_text((FIXTURES / "ctrla_freshqa.jsonl").read_text().splitlines()[1] + "\n")
+    with pytest.raises(InputError, match="none of its 1 records is a question to run .FreshQA runs its TEST"):
+        load_dataset(dev_only)
     bio = load_dataset(FIXTURES / "ctrla_bio.jsonl")
     assert bio[1] == {"id": "1", "question": "Tell me a bio of Alan Turing.",
                       "answers": ["Alan Turing"], "dataset": "bio", "topic": "Alan Turing"}
