@@ -329,7 +329,7 @@ def render_table(header, body, markdown=False, left=1):
         return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in body])
     widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
     fmt = lambda r: "  ".join(v.ljust(widths[i]) if at_left(i) else v.rjust(widths[i]) for i, v in enumerate(r))
-    return "\n".join(fmt(r) for r in [header] + body)
+    return "\n".join(fmt(r).rstrip() for r in [header] + body)     # a left column last pads no spaces
 
 
 def main(argv=None):
