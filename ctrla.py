@@ -686,7 +686,8 @@ def today() -> str:
 
 def build_prompt(tok, task: str, question: str, docs=(), gen=(), honesty=False) -> str:
     """[official PROMPT_DICT, in the chat template] the instruction as the system turn, "Contents:"
-    (numbered passage texts) and "Question:" as the user turn, the accepted sentences as the reply."""
+    (numbered passage texts) and "Question:" as the user turn, the accepted sentences as the reply.
+    Divergence: a search that found nothing leaves "Contents:" out (official: "Contents:\n\n\nQuestion:")."""
     contents = ""
     if docs:
         contents = ((FRESH_CONTENTS.format(date=today()) if task == "freshqa" else "") + "Contents:\n"
@@ -842,7 +843,9 @@ def write_query(run: Run, prompt: tuple, *fields: str) -> str:
 
 def formulate(run: Run, question: str, seg: str, flagged) -> list[str]:
     """f_q (3.2.4): CAQ, the question + the segment without its flagged words (Eq. 3), or [question,
-    a query the model writes to verify the segment (TVQ, Prompt B.1)], the official runs' setting."""
+    a query the model writes to verify the segment (TVQ, Prompt B.1)], the official runs' setting.
+    Divergence: an empty written query (here and in rewrite) searches the question (official: the empty
+    string, which finds nothing; with TVQ the question is searched anyway, so only a CAQ rewrite differs)."""
     if run.s.query == "caq":
         return [caq_query(question, seg, flagged)]
     return [question, write_query(run, TVQ, question, seg) or question]

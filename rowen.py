@@ -342,7 +342,8 @@ def passage_text(p: dict) -> str:
 def evidence_lines(queries: list[str], hits: list[list[dict]]) -> list[str]:
     """E of Eq. 7 [official]: one line q.rstrip("?") + "? " + passage per query and passage found.
     A passage already found by an earlier query is not repeated (a small corpus returns the same
-    passages for near-identical paraphrases)."""
+    passages for near-identical paraphrases). Divergence: a query that finds nothing writes no line
+    (official: "q? No good Google Search Result was found")."""
     lines, seen = [], set()
     for q, passages in zip(queries, hits):
         for p in passages:
@@ -539,7 +540,8 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
     if retrieved:  # Stage 3: search, then repair (Eq. 7)
         common.progress("stage 3: searching and repairing")
         queries = xs
-        if yn:  # StrategyQA: a short reformulation of each perturbed question [official]
+        if yn:  # StrategyQA: a short reformulation of each perturbed question [official; its quotes stripped,
+                # and an empty one searches the perturbed question: official, the raw output]
             outs = ask(main_lm, [REFORMULATE.format(question=x) for x in xs], s.max_tokens["reformulate"], calls, "main")
             queries = [clean_answer(o, "qa").strip("\"'") or x for o, x in zip(outs, xs)]
         evidence = evidence_lines(queries, [bm25.search(q, TOP_K) for q in queries])

@@ -17,7 +17,8 @@ Baselines and ablations from the same code (paper 4.1.2 and Table 3), `--retriev
   retrieval and no uncertainty; a chain that names no answer gets the forced answer (as DRAGIN's
   evaluation gives one);
 - `ircot`: IRCoT, retrieve at every step with the question (first step) or the last generated sentence
-  (later steps) as the query, as DRAGIN's fix-sentence IRCoT does; BM25's top passage not yet read
+  (later steps) as the query, as DRAGIN's fix-sentence IRCoT does (the question as edited above, its
+  periods spaces, as the prompt shows it; DRAGIN searches the raw question, "F.W. Murnau"); BM25's top passage not yet read
   joins the context, which keeps what was read (as IRCoT; DRAGIN's run shows the current query's top 3
   only); SeaKR's step format, stops, final-step test and limits (7 steps, 5 retrievals: the official
   README's; paper 4.1.3 applies SeaKR's constraints to all baselines); no re-ranking, no self-aware
@@ -333,6 +334,9 @@ def query_from_step(tok, gen: common.Generation, text: str, question: str, previ
 
     A word stays if each of its tokens had p >= PROB_KEEP, or it appears in the question or in the
     previous step (substring test, as the official code); stop words and thus/answer/so are dropped.
+    Divergences besides the stop-word list (module docstring): thus/answer/so go in any case (official:
+    the lower-case words only, so "Thus" can stay there), and a word no token covers stays when the
+    question or previous step holds it (official: every such word is skipped).
     """
     spans = token_spans(tok, gen.token_ids)
     offset = len(gen.text) - len(gen.text.lstrip())   # `text` is the stripped greedy text
@@ -526,11 +530,11 @@ def rerank(model, tok, bm25, prefix, question, steps, docs, searched, failed: Ca
     query = query_from_step(tok, failed.gen, failed.text, question, steps[-1] if steps else "")
     if not query:
         query = " ".join(w for w in re.findall(r"\w+", question) if w.lower() not in common.STOP_WORDS)
-    query = truncate_query(tok, query)
+    full, query = query, truncate_query(tok, query)
     entry.update(retrieved=True, query=query)
-    if query in searched:
+    if full in searched:   # [official _retrieve] the query as built, before its cut to 64 tokens
         return None
-    searched.add(query)
+    searched.add(full)
     have = {d["id"] for d in docs}
     hits = [h for h in bm25.search(query, RERANK_N) if h["id"] not in have]
     if not hits:

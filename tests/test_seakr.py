@@ -359,6 +359,32 @@ def test_query_keeps_sure_words_and_known_words(real_tok, text, unsure, question
     assert seakr.query_from_step(real_tok, gen, gen.text.strip(), question, previous) == query
 
 
+def test_a_repeated_query_is_told_by_its_whole_text_before_the_cut_to_64_tokens(real_tok):
+    """[official _retrieve] the duplicate test reads the query as built; only the search cuts it to its
+    last 64 tokens: two long queries that differ at the front are both searched, the same one twice once."""
+    class Index:
+        def __init__(self):
+            self.queries = []
+
+        def search(self, query, k):
+            self.queries.append(query)
+            return []      # nothing new: rerank returns before any model call
+
+    tail = " ".join(f"Word{i}" for i in range(70))
+    index, searched = Index(), set()
+    for head in ("Alpha", "Beta", "Alpha"):
+        text = f"{head} {tail}"
+        ids = real_tok(text, add_special_tokens=False)["input_ids"]
+        gen = common.Generation(common.decode_continuations(real_tok, [ids])[0], ids, [math.log(0.95)] * len(ids), ". ")
+        entry = {}
+        assert seakr.rerank(None, real_tok, index, "", "Q?", [], [], searched, seakr.Call(text, 1.0, gen),
+                            None, None, entry) is None
+        assert entry["query"] == seakr.truncate_query(real_tok, seakr.query_from_step(real_tok, gen, text, "Q?", ""))
+    assert len(index.queries) == 2 and index.queries[0] == index.queries[1]   # the same last 64 tokens
+    assert len(real_tok(index.queries[0], add_special_tokens=False)["input_ids"]) <= seakr.QUERY_MAX_TOKENS
+    assert not index.queries[0].startswith(("Alpha", "Beta"))
+
+
 @pytest.mark.slow
 def test_query_alignment_on_the_embedded_gemma_tokenizer():
     """The same cases on a real SentencePiece tokenizer (Gemma 3's "▁" pieces and byte fallback, from the
