@@ -18,11 +18,11 @@ Baselines and ablations from the same code (paper 4.1.2 and Table 3), `--retriev
   evaluation gives one);
 - `ircot`: IRCoT, retrieve at every step with the question (first step) or the last generated sentence
   (later steps) as the query, as DRAGIN's fix-sentence IRCoT does (the question as edited above, its
-  periods spaces, as the prompt shows it; DRAGIN searches the raw question, "F.W. Murnau"); BM25's top passage not yet read
-  joins the context, which keeps what was read (as IRCoT; DRAGIN's run shows the current query's top 3
-  only); SeaKR's step format, stops, final-step test and limits (7 steps, 5 retrievals: the official
-  README's; paper 4.1.3 applies SeaKR's constraints to all baselines); no re-ranking, no self-aware
-  reasoning; in simple QA, one retrieval for the question;
+  periods spaces, as the prompt shows it; DRAGIN searches the raw question, "F.W. Murnau"); BM25's top
+  passage not yet read joins the context, which keeps what was read (as IRCoT; DRAGIN's run shows the
+  current query's top 3 only); SeaKR's step format, stops, final-step test and limits (7 steps, 5
+  retrievals: the official README's; paper 4.1.3 applies SeaKR's constraints to all baselines); no
+  re-ranking, no self-aware reasoning; in simple QA, one retrieval for the question;
 - `no-sa-retrieval`: "- S.A. Retrieval", SeaKR retrieving for every step (paper 5.1), a first step
   that already names an answer included (re-ranking and reasoning kept);
 - `--no-rerank`: "- S.A. Re-rank"; `--final rationales|knowledge`: "Rationales-only", "Knowledge-only".
