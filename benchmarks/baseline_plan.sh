@@ -107,6 +107,10 @@ echo "plan items 1-4 done"
 # record no monitor where they never retrieve, and their first segment is a preamble (README: Results)
 python benchmarks/run_all.py --data "$H" --limit 50 --model $M --out results/hotpotqa50-monitor-$M \
     --runs ctrla-monitor-only --cache "$CACHE" -- --dtype float32 --linear onednn --directions $F
+# its chains' forced answers (the never run's chains, so the call cache serves them), which the table's
+# signal reads as each chain's answer (a whole chain holds the gold answer more often than it gives it)
+python "$(dirname "$0")/../ctrla.py" --force-answers results/hotpotqa50-monitor-$M/ctrla-monitor-only.jsonl \
+    --model $M "${K[@]}"
 
 # 5. 2WikiMultihopQA, first 50 dev questions, BM25 over their own paragraphs pooled (446 passages): items 2
 #    and 3 again, the "- S.A. Retrieval" ablation last (the dearest run: about 7 h of HotpotQA's)

@@ -493,7 +493,10 @@ def main(argv=None):
         raise SystemExit(f"error: {e}")
     # the files that hold a method's own score beside its unaided answers (any name: the verifier runs
     # of Rowen's item 4 too), a file with fewer questions than the directory's longest left out as above
-    files = {path.stem: metrics.read_rows(path) for path in sorted(a.out.glob("*.jsonl"))
+    # each run as the table reads it (a CtrlA monitor run on multi-hop chains: with its forced answers,
+    # so that "wrong" is its answer's, not a whole chain's), any other file as it is
+    as_read = {name: file_rows for name, _, _, _, file_rows in rows}
+    files = {path.stem: as_read.get(path.stem) or metrics.read_rows(path) for path in sorted(a.out.glob("*.jsonl"))
              if not path.name.endswith(".forced.jsonl")}      # ctrla's side files are no runs
     most = max(map(len, files.values()), default=0)
     signals = []

@@ -340,6 +340,26 @@ def test_table_of_a_directory_of_signal_files_only_such_as_rowens_verifier_runs(
         run_all.main(["--out", str(empty), "--table-only"])
 
 
+def test_a_monitor_run_on_multihop_chains_is_scored_by_its_forced_answers(tmp_path):
+    # CtrlA's monitor over two chains that name no answer; chain 1 mentions the gold answer on the way
+    # but its forced answer is wrong, chain 2's forced answer is right: read whole, both chains would be
+    # right (acc) and the signal undefined; read by their forced answers, 1 is wrong and its lower score shows
+    def row(qid, chain, lowest):
+        seg = {"segment": chain, "trigger": None, "scores": [lowest, 0.5], "unconfident_words": []}
+        return {**qa(qid, chain, 0), "question": "Q?", "trace": {"task": "hotpotqa", "answer": chain, "segments": [seg]}}
+    write(tmp_path / "ctrla-monitor-only.jsonl", [row("1", "Paris or Lyon, then.", -2.0), row("2", "It is Paris.", 1.0)])
+    write(tmp_path / "ctrla-monitor-only.forced.jsonl", [{"id": "1", "forced": " Lyon.", "seconds": 1.0, "cpu": "x"},
+                                                         {"id": "2", "forced": " Paris.", "seconds": 1.0, "cpu": "x"}])
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    signal = figures["signals"]["ctrla-monitor-only"]["signals"]["-(lowest score - tau)"]
+    assert signal["wrong"] == 1 and signal["auroc"] == 1.0
+    (tmp_path / "ctrla-monitor-only.forced.jsonl").unlink()      # without the side file: the chains whole
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    signal = json.loads((tmp_path / "figures.json").read_text())["signals"]["ctrla-monitor-only"]["signals"]
+    assert signal["-(lowest score - tau)"]["wrong"] == 0 and signal["-(lowest score - tau)"]["auroc"] is None
+
+
 def test_table_reads_ctrlas_multihop_chains_with_their_forced_answers(tmp_path):
     def row(qid, chain, prediction):
         return {**qa(qid, prediction, 0), "question": "Q?", "trace": {"task": "hotpotqa", "answer": chain}}
