@@ -268,7 +268,7 @@ def machines(rows) -> str | None:
     of rows in the order they first ran ("AMD EPYC (family 23, model 1): 43, Intel Xeon (...): 7"; rows
     that name none as "not recorded"); None when no row names one (files of older code)."""
     kinds = Counter(short_cpu(r["cpu"]) if r.get("cpu") else "not recorded" for r in rows)
-    if not rows or set(kinds) == {"not recorded"}:
+    if set(kinds) <= {"not recorded"}:      # no rows, or none names one
         return None
     return next(iter(kinds)) if len(kinds) == 1 else ", ".join(f"{k}: {n}" for k, n in kinds.items())
 
