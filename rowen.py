@@ -43,7 +43,8 @@ Differs from the official code in:
 - StrategyQA compares labels without a judge, as the official code does, but with the same reader in
   both languages (official `is_supported_zh` reads "否，不是" as True); unreadable labels never agree;
 - thresholds: 0.6 CL and 0.8 CM (paper 5.4; official 0.5 everywhere); hybrid 0.5, the official default,
-  as the paper gives none (see default_threshold);
+  as the paper gives none, or an (M, M_V) pair's own, calibrated to the paper's retrieval rate (see
+  default_threshold);
 - answers are cleaned (clean_answer): a leading label echoed from the prompt ("Your Short Answer:",
   "**Answer:**", "你的简短回答：") is stripped, and short answers, labels, translations and queries keep
   their first line that does not introduce the answer ("Here is the translation:", "..., the answer is:")
@@ -76,6 +77,7 @@ import argparse
 import re
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import common
 import eval as metrics
@@ -88,6 +90,15 @@ ALPHA = 1.0                  # weight of Z_CM in the hybrid score, range 0.25-1.
 THRESHOLDS = {"cl": 0.6,     # retrieve iff Z < threshold [paper 5.4, Fig. 4(a): Rowen-CL's best]
               "cm": 0.8,     # [paper 5.4, Fig. 4(a): Rowen-CM's best]
               "hybrid": 0.5}  # on Z in [0, 1 + alpha]; the paper gives none [official --threshold 0.5]
+PAPER_RATES = {"truthfulqa": 0.23,   # share of questions Rowen-Hybrid retrieves for [paper Table 5, Ratio:
+               "strategyqa": 0.20}   # GPT-3.5 with Qwen-max]; the target of threshold_for_rate
+# The hybrid threshold of an (M, M_V) pair calibrated on its own Z (default_threshold), with its command
+CALIBRATED = {
+    # Z over TruthfulQA's first 50 (--never-retrieve; results/truthfulqa50-qwen2.5-coder-1.5b/, the baseline
+    # table's item 4) at the paper's TruthfulQA rate; no answer read: `python rowen.py --modes-from
+    # results/truthfulqa50-qwen2.5-coder-1.5b/rowen-hybrid-never.jsonl` prints it
+    ("qwen2.5-coder-1.5b", "smollm2-135m"): 1.25,
+}
 TOP_K = 2                    # passages per search query [official Serper parser keeps int(5/2) = 2]
 TARGET_LANGUAGE = "Chinese"  # [paper 4.3: English -> Chinese; Table 7 also German and French]
 MODEL = "qwen2.5-coder-0.5b"  # M: must answer in the target language, so a Qwen chat model, the smaller
@@ -301,21 +312,72 @@ def hybrid_score(z_cl: float, z_cm: float, alpha: float = ALPHA) -> float:
     return z_cl + alpha * z_cm
 
 
-def default_threshold(mode: str) -> float:
+def default_threshold(mode: str, model: str | None = None, verifier: str | None = None) -> float:
     """Paper 3.3's threshold: 0.6 for CL and 0.8 for CM, the paper's best (5.4, Fig. 4(a)). The paper gives
     no number for the hybrid score Z_CL + alpha Z_CM in [0, 1 + alpha]; we use the official default 0.5
     (`--threshold 0.5`, used in every mode there). With alpha = 1 it retrieves only when fewer than 3 of
     the 2k checks agree (Z < 0.5), so the hybrid retrieves less often than CL or CM at their thresholds.
+
+    Those numbers are GPT-3.5's. A small model's answers disagree far more often (Qwen2.5-Coder-1.5B as M
+    with SmolLM2-135M as M_V: the hybrid Z of 1 of 50 TruthfulQA questions falls below 0.5), so a
+    pair calibrated on its own Z (CALIBRATED: the threshold at which it retrieves as often as the paper's
+    Rowen-Hybrid did, threshold_for_rate; no answer read) gets its own hybrid threshold; CL and CM keep
+    the paper's.
 
     Not calibrated for today's defaults (MODEL Qwen2.5-Coder-0.5B-Instruct as M and judge, VERIFIER
     SmolLM2-135M-Instruct): no run in results/ uses them. The one measurement (commit 3aba347, before
     Qwen became M and before today's verdict reader) used SmolLM2-135M as M and judge and Gemma-3-270M as
     M_V: on 4 held-out TruthfulQA questions (k = 6) Z_CL = Z_CM = 0 for every question, as that judge
     answered "False" even to "Paris" vs "Paris", so any positive threshold retrieved always. It says
-    nothing about today's models. To calibrate, run --never-retrieve on held-out questions (the trace keeps
-    z_cl and z_cm) and pick the threshold that gives the retrieval rate you want (the paper's Rowen-Hybrid
-    retrieved for 23% of TruthfulQA and 20% of StrategyQA, Table 5)."""
+    nothing about today's models. To calibrate a pair, run --never-retrieve on held-out questions (the
+    trace keeps z_cl and z_cm) and read `python rowen.py --modes-from FILE`: the threshold at the paper's
+    retrieval rate for the task (Table 5: 23% of TruthfulQA, 20% of StrategyQA), or another rate you
+    pick with threshold_for_rate."""
+    if mode == "hybrid" and (model, verifier) in CALIBRATED:
+        return CALIBRATED[(model, verifier)]
     return THRESHOLDS[mode]
+
+
+def _cut(lo: float, hi: float) -> float:
+    """A threshold between two scores: the midpoint, to 2 decimals where that keeps it in (lo, hi]."""
+    mid = (lo + hi) / 2
+    return round(mid, 2) if lo < round(mid, 2) <= hi else mid
+
+
+def threshold_for_rate(zs: list[float], rate: float) -> dict | None:
+    """The threshold t (retrieve iff Z < t) under which the share of scores is nearest `rate`: a threshold
+    read off the scores' distribution alone, no answer read. Candidates: the lowest score (none retrieve),
+    one between each two consecutive distinct scores (_cut), and the highest plus 0.5 (all retrieve); a tie
+    goes to the lower rate. {"threshold", "rate", "table": [[t, rate], ...]}; None without scores."""
+    if not zs:
+        return None
+    values = sorted({round(z, 9) for z in zs})      # 5/6 + 1/2 and 2/3 + 2/3 differ in their last bits
+    cands = [min(zs)] + [_cut(a, b) for a, b in zip(values, values[1:])] + [max(zs) + 0.5]
+    table = [[t, sum(z < t for z in zs) / len(zs)] for t in cands]
+    t, r = min(table, key=lambda c: (abs(c[1] - rate), c[1]))
+    return {"threshold": t, "rate": r, "table": table}
+
+
+def rate_calibration(rows: list[dict], rate: float | None = None) -> dict | None:
+    """threshold_for_rate over the hybrid Z of a --mode hybrid run's rows (each trace's alpha), at `rate` or
+    the paper's Rowen-Hybrid rate for the rows' task (PAPER_RATES); adds "target" and "n". None when a row
+    holds no Z or the task has no paper rate."""
+    if not rows or any(r.get("trace", {}).get("z_cl") is None or r["trace"].get("z_cm") is None for r in rows):
+        return None
+    rate = PAPER_RATES.get(rows[0]["trace"].get("task")) if rate is None else rate
+    if rate is None:
+        return None
+    found = threshold_for_rate([mode_score(r["trace"], "hybrid") for r in rows], rate)
+    return {**found, "target": rate, "n": len(rows)}
+
+
+def run_models(path) -> tuple[str | None, str | None]:
+    """(M, M_V) as a run's settings file beside it names them; (None, None) where it cannot be read."""
+    try:
+        saved = common.read_settings(Path(path).with_suffix(".settings.json"))
+    except common.InputError:
+        return None, None
+    return saved.get("--model"), saved.get("--verifier")
 
 
 def label_checks(answers: list[str], others: list[str], language: str = "English"):
@@ -590,10 +652,11 @@ def at_threshold(rows, mode, threshold):
     return out
 
 
-def modes_from_run(rows):
-    """Rowen-CL, -CM, -Hybrid at their default thresholds and the never-retrieve baseline (threshold
-    0: Z < 0 never holds), re-read from one `--mode hybrid --always-retrieve` run (at_threshold)."""
-    out = {m: at_threshold(rows, m, default_threshold(m)) for m in ("cl", "cm", "hybrid")}
+def modes_from_run(rows, model=None, verifier=None):
+    """Rowen-CL, -CM, -Hybrid at their default thresholds for the run's (M, M_V) and the never-retrieve
+    baseline (threshold 0: Z < 0 never holds), re-read from one `--mode hybrid --always-retrieve` run
+    (at_threshold)."""
+    out = {m: at_threshold(rows, m, default_threshold(m, model, verifier)) for m in ("cl", "cm", "hybrid")}
     out["never"] = at_threshold(rows, "hybrid", 0.0)
     return out
 
@@ -607,11 +670,11 @@ def initial_is_right(row):
     return metrics.is_right(row, r0)
 
 
-def detection_quality(rows):
+def detection_quality(rows, model=None, verifier=None):
     """Does a low Z go with a wrong initial answer? Per score (Z_CL, Z_CM, hybrid): the AUC of Z
     separating right from wrong r0 (the chance that a random right answer has the higher Z, i.e.
-    auroc of -Z against wrong; ties count half; 0.5 = no signal), and the rate at which the default
-    threshold sends wrong and right answers to retrieval."""
+    auroc of -Z against wrong; ties count half; 0.5 = no signal), the default threshold for the run's
+    (M, M_V), and the rate at which it sends wrong and right answers to retrieval."""
     if any(r["trace"].get("z_cl") is None or r["trace"].get("z_cm") is None for r in rows):
         raise common.InputError("detection quality needs Z_CL and Z_CM: a --mode hybrid run")
     right = [initial_is_right(r) for r in rows]
@@ -621,8 +684,8 @@ def detection_quality(rows):
         good = [v for v, ok in zip(z, right) if ok]
         bad = [v for v, ok in zip(z, right) if not ok]
         auc = metrics.auroc([-v for v in z], [not ok for ok in right])
-        th = default_threshold(name)
-        out[name] = {"auc": round(auc, 3) if auc is not None else None,
+        th = default_threshold(name, model, verifier)
+        out[name] = {"auc": round(auc, 3) if auc is not None else None, "threshold": th,
                      "retrieve_wrong": round(sum(v < th for v in bad) / len(bad), 3) if bad else None,
                      "retrieve_right": round(sum(v < th for v in good) / len(good), 3) if good else None}
     return out
@@ -630,22 +693,33 @@ def detection_quality(rows):
 
 def report(path, limit=None):
     """The text `rowen.py --modes-from FILE` prints: for an --always-retrieve run the modes' table
-    (modes_from_run), then detection_quality; with `limit`, the file's first rows only."""
+    (modes_from_run), then detection_quality at the thresholds of the run's (M, M_V) (its settings file),
+    then the hybrid threshold at the paper's retrieval rate for the task (rate_calibration); with `limit`,
+    the file's first rows only."""
     try:
         rows = metrics.read_rows(path)
     except (OSError, ValueError) as e:
         raise common.InputError(f"--modes-from: {e}") from None
     rows = rows[:limit] if limit else rows
-    lines = []
+    lines, pair = [], run_models(path)
     if all(r["trace"].get("retrieved") for r in rows):
-        table = [(f"rowen-{m}", metrics.summarize(r)) for m, r in modes_from_run(rows).items()]
+        table = [(f"rowen-{m}", metrics.summarize(r)) for m, r in modes_from_run(rows, *pair).items()]
         lines.append(metrics.format_table(table, markdown=True))
-    q = detection_quality(rows)
+    q = detection_quality(rows, *pair)
     lines.append(f"detection on {q['n']} questions, {q['wrong']} initial answers wrong:")
     for name in ("cl", "cm", "hybrid"):
-        lines.append(f"  Z_{name}: AUC {q[name]['auc']}, retrieves {q[name]['retrieve_wrong']} of wrong and "
-                     f"{q[name]['retrieve_right']} of right answers")
+        lines.append(f"  Z_{name}: AUC {q[name]['auc']}; below threshold {q[name]['threshold']:g} it retrieves "
+                     f"{q[name]['retrieve_wrong']} of wrong and {q[name]['retrieve_right']} of right answers")
+    if (cal := rate_calibration(rows)) is not None:
+        lines.append(rate_text(cal))
     return "\n".join(lines)
+
+
+def rate_text(cal: dict) -> str:
+    """rate_calibration's threshold, one line."""
+    return (f"hybrid threshold at the paper's {100 * cal['target']:.0f}% retrieval rate (threshold_for_rate "
+            f"over {cal['n']} questions' Z, no answer read): {cal['threshold']:g}, retrieving on "
+            f"{100 * cal['rate']:.0f}%")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -669,7 +743,8 @@ def main(argv=None):
     p.add_argument("--mode", choices=["cl", "cm", "hybrid"], default="hybrid",
                    help="consistency across languages (cl), models (cm) or both (hybrid, Eq. 6)")
     p.add_argument("--threshold", type=float,
-                   help="retrieve iff Z < threshold (default: 0.6 cl, 0.8 cm [paper 5.4], 0.5 hybrid [official])")
+                   help="retrieve iff Z < threshold (default: 0.6 cl, 0.8 cm [paper 5.4], 0.5 hybrid [official]; "
+                        "a calibrated hybrid threshold for the pairs in rowen.CALIBRATED)")
     p.add_argument("--alpha", type=float, default=ALPHA, help="weight of Z_CM in the hybrid score (paper: 1.0)")
     p.add_argument("--k", type=int, default=K, help="perturbed questions per question (paper: 6)")
     p.add_argument("--target-language", choices=sorted(TARGET), default=TARGET_LANGUAGE,
@@ -688,7 +763,9 @@ def main(argv=None):
         return
     if args.k < 1:
         raise common.InputError(f"--k {args.k}: need at least one perturbed question")
-    s = Settings(mode=args.mode, threshold=args.threshold, alpha=args.alpha, k=args.k,
+    threshold = args.threshold if args.threshold is not None else default_threshold(
+        args.mode, args.model, args.verifier)
+    s = Settings(mode=args.mode, threshold=threshold, alpha=args.alpha, k=args.k,
                  target_language=args.target_language, seed=args.seed,
                  retrieve="never" if args.never_retrieve else "always" if args.always_retrieve else "adaptive")
     if args.mode != "cl":

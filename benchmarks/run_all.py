@@ -243,11 +243,17 @@ def table_rows(a, reread: dict | None = None, course: dict | None = None,
         if name != HYBRID:
             out.append((name, method, label, rows))
             continue
-        modes = rowen.modes_from_run(rows)
+        pair = rowen.run_models(a.out / f"{name}.jsonl")     # the (M, M_V) whose default thresholds apply
+        modes = rowen.modes_from_run(rows, *pair)
         out += [(f"rowen-{m}", method, f"Rowen-{m.upper() if m != 'hybrid' else 'Hybrid'} (threshold "
-                 f"{rowen.default_threshold(m):g})", modes[m]) for m in ("hybrid", "cl", "cm")]
-        out += [(f"rowen-hybrid-t{t:g}", method, f"Rowen-Hybrid, threshold {t:g}",
-                 rowen.at_threshold(rows, "hybrid", t)) for t in a.zs]
+                 f"{rowen.default_threshold(m, *pair):g})", modes[m]) for m in ("hybrid", "cl", "cm")]
+        zs = list(a.zs)
+        if (cal := rowen.rate_calibration(rows)) is not None and cal["threshold"] not in zs + [
+                rowen.default_threshold("hybrid", *pair)]:
+            zs.append(cal["threshold"])     # this run's own Z at the paper's rate (no answer read)
+        out += [(f"rowen-hybrid-t{t:g}", method, f"Rowen-Hybrid, threshold {t:g}"
+                 + (" (the paper's retrieval rate on these Z)" if cal and t == cal["threshold"] else ""),
+                 rowen.at_threshold(rows, "hybrid", t)) for t in zs]
         out += [("rowen-never", method, "Rowen, never retrieve", modes["never"]), (name, method, label, rows)]
     return [(name, method, label, metrics.summarize(rows), rows) for name, method, label, rows in out]
 
@@ -354,6 +360,25 @@ def calibration_text(t: dict) -> str:
     lines += [f"| {r['delta']:g} | {pct(r['retrieval_rate'])} | {pct(r['acc_kept'])} | {pct(r['acc_retrieved'])} "
               f"| {r['n_kept']} |" for r in t["table"]]
     return "\n".join(lines)
+
+
+def rowen_rates(files: dict) -> dict:
+    """For the Rowen runs among {name: rows} that record Z over a task's questions (rowen-hybrid-never and
+    rowen-hybrid-always): the hybrid threshold at the paper's retrieval rate for the task
+    (rowen.rate_calibration; Z alone, no answer read)."""
+    import rowen  # here, not at the top: it imports torch through common
+    out = {}
+    for name, rows in files.items():
+        if name in ("rowen-hybrid-never", HYBRID) and (cal := rowen.rate_calibration(rows)) is not None:
+            out[name] = cal
+    return out
+
+
+def rowen_rate_text(cal: dict) -> str:
+    """rowen.rate_text, then each candidate threshold with its retrieval rate, in markdown."""
+    import rowen
+    return (rowen.rate_text(cal) + ". Retrieve iff Z < threshold.\n\n| threshold | retrieval rate |\n|---:|---:|\n"
+            + "\n".join(f"| {t:g} | {100 * r:.1f} |" for t, r in cal["table"]))
 
 
 # A method's own runs through its thresholds (the line of the plot): the default run and the sweep's
@@ -560,6 +585,9 @@ def main(argv=None):
     if (cal := calibration(a.out)) is not None:
         parts.append(calibration_text(cal))
         figures["calibration"] = cal
+    if rates := rowen_rates({name: file_rows for name, file_rows in files.items() if len(file_rows) == most}):
+        parts += [f"Rowen, {name}: " + rowen_rate_text(cal) for name, cal in rates.items()]
+        figures["rowen_rate_calibration"] = rates
     table = "\n\n".join(parts)
     (a.out / "table.md").write_text(table + "\n")
     (a.out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")

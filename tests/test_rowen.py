@@ -653,9 +653,9 @@ def test_detection_quality_auc_and_flag_rates():
     # Z_CL: right {1.0, 0.5} vs wrong {0.5, 0.0}: pairs 1, 1, 0.5, 1 -> 3.5 / 4
     assert q["cl"]["auc"] == 0.875
     # Z_CM: right {0.5, 1.0} vs wrong {0.0, 1.0}: 1, 0, 1, 0.5 -> 0.625; threshold 0.8 retrieves 1 of 2 each
-    assert q["cm"] == {"auc": 0.625, "retrieve_wrong": 0.5, "retrieve_right": 0.5}
+    assert q["cm"] == {"auc": 0.625, "threshold": 0.8, "retrieve_wrong": 0.5, "retrieve_right": 0.5}
     # hybrid: right {1.5, 1.5} vs wrong {0.5, 1.0}: all pairs won; threshold 0.5 retrieves none (0.5 is not < 0.5)
-    assert q["hybrid"] == {"auc": 1.0, "retrieve_wrong": 0.0, "retrieve_right": 0.0}
+    assert q["hybrid"] == {"auc": 1.0, "threshold": 0.5, "retrieve_wrong": 0.0, "retrieve_right": 0.0}
     with pytest.raises(common.InputError):
         rowen.detection_quality([row("Paris", 1.0, None)])
 
@@ -672,7 +672,7 @@ def test_modes_and_detection_take_alpha_from_each_trace(tmp_path, capsys):
     assert [r["prediction"] for r in rowen.modes_from_run(rows)["hybrid"]] == ["Paris", "Paris"]   # a repaired, b kept
     # detection: right r0 (b) has hybrid Z 0.5, wrong r0 (a) 0.4: AUC 1 (with alpha 1.0: 0.8 > 0.5, AUC 0)
     q = rowen.detection_quality(rows)
-    assert q["hybrid"] == {"auc": 1.0, "retrieve_wrong": 1.0, "retrieve_right": 0.0}
+    assert q["hybrid"] == {"auc": 1.0, "threshold": 0.5, "retrieve_wrong": 1.0, "retrieve_right": 0.0}
     # the signals table reads the same Z, as the run recorded it
     assert metrics.signal_scores(rows)[1]["-Z_hybrid"] == [pytest.approx(-0.4), pytest.approx(-0.5)]
     # --modes-from: the run's alpha, whatever --alpha says
@@ -680,7 +680,8 @@ def test_modes_and_detection_take_alpha_from_each_trace(tmp_path, capsys):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     rowen.main(["--modes-from", str(path), "--alpha", "2"])
     out = capsys.readouterr().out
-    assert "| rowen-hybrid | 2 | 100.0 |" in out and "Z_hybrid: AUC 1.0, retrieves 1.0 of wrong and 0.0 of right" in out
+    assert "| rowen-hybrid | 2 | 100.0 |" in out
+    assert "Z_hybrid: AUC 1.0; below threshold 0.5 it retrieves 1.0 of wrong and 0.0 of right answers" in out
     # rows of runs with different alphas are each read with their own
     mixed = [row("a", 0.0, 0.8, "Rome", alpha=1.0), row("b", 0.5, 0.0, "Paris")]
     assert [rowen.mode_score(r["trace"], "hybrid") for r in mixed] == [pytest.approx(0.8), pytest.approx(0.5)]
@@ -697,3 +698,60 @@ def test_settings_name_the_threshold_the_run_used(tmp_path, monkeypatch, tiny_re
     assert settings["--threshold"] == rowen.default_threshold("hybrid") == 0.5
     with pytest.raises(common.InputError, match=r"made with --threshold = 0.5, this run has 0.7"):
         rowen.main(argv + ["--threshold", "0.7"])
+
+
+def test_threshold_for_rate_by_hand():
+    # scores 0.5, 1, 1, 1.5, 2: candidates 0.5 (none below), the midpoints 0.75, 1.25, 1.75 and 2.5 (all)
+    found = rowen.threshold_for_rate([1.0, 0.5, 2.0, 1.0, 1.5], 0.2)
+    assert found["table"] == [[0.5, 0.0], [0.75, 0.2], [1.25, 0.6], [1.75, 0.8], [2.5, 1.0]]
+    assert (found["threshold"], found["rate"]) == (0.75, 0.2)
+    assert rowen.threshold_for_rate([1.0, 0.5, 2.0, 1.0, 1.5], 0.5)["threshold"] == 1.25   # 0.6 is nearest
+    # a tie between two rates goes to the lower one (retrieving less): 0.25 lies between 0 and 0.5
+    assert rowen.threshold_for_rate([1.0, 2.0], 0.25) == {"threshold": 1.0, "rate": 0.0,
+                                                          "table": [[1.0, 0.0], [1.5, 0.5], [2.5, 1.0]]}
+    # k = 6: 5/6 + 1/2 and 2/3 + 2/3 are one score, whatever their last bits; between 7/6 and 4/3 the cut is 1.25
+    zs = [5 / 6 + 1 / 2, 2 / 3 + 2 / 3, 7 / 6]
+    found = rowen.threshold_for_rate(zs, 0.3)
+    assert [t for t, _ in found["table"]] == [pytest.approx(7 / 6), 1.25, pytest.approx(4 / 3 + 0.5)]
+    assert found["threshold"] == 1.25 and found["rate"] == pytest.approx(1 / 3)
+    # a midpoint whose 2 decimals would leave the interval stays unrounded: 1.0 and 1.0001
+    assert rowen.threshold_for_rate([1.0, 1.0001], 0.5)["threshold"] == pytest.approx(1.00005)
+    assert rowen.threshold_for_rate([], 0.2) is None
+
+
+def test_calibrated_pair_gets_its_threshold_and_the_paper_rate_is_read_from_z(tmp_path, capsys):
+    pair = ("qwen2.5-coder-1.5b", "smollm2-135m")
+    assert rowen.default_threshold("hybrid", *pair) == rowen.CALIBRATED[pair]
+    assert rowen.default_threshold("cl", *pair) == 0.6 and rowen.default_threshold("cm", *pair) == 0.8
+    assert rowen.default_threshold("hybrid", "qwen2.5-coder-0.5b", "smollm2-135m") == 0.5     # not calibrated
+    assert rowen.PAPER_RATES == {"truthfulqa": 0.23, "strategyqa": 0.20}                     # Table 5, Ratio
+
+    def row(qid, z_cl, z_cm, task="truthfulqa"):
+        return {"id": qid, "answers": ["x"], "trace": {"task": task, "z_cl": z_cl, "z_cm": z_cm, "alpha": 1.0,
+                                                       "initial_answer": "x"}}
+    # hybrid Z 0, 1, 1.5, 2 (x2): 23% of 5 lies nearest 1 of 5 below the cut 0.5
+    rows = [row("a", 0.0, 0.0), row("b", 0.5, 0.5), row("c", 1.0, 0.5), row("d", 1.0, 1.0), row("e", 1.0, 1.0)]
+    cal = rowen.rate_calibration(rows)
+    assert (cal["threshold"], cal["rate"], cal["target"], cal["n"]) == (0.5, 0.2, 0.23, 5)
+    assert rowen.rate_calibration([row("a", 0.0, 0.0, task="strategyqa")], 0.9)["target"] == 0.9
+    assert rowen.rate_calibration([row("a", 0.0, 0.0, task="qa")]) is None          # no paper rate for it
+    assert rowen.rate_calibration([row("a", 0.0, None)]) is None                     # no Z_CM: a CL run
+    # --modes-from reads the pair from the run's settings: the calibrated pair's hybrid threshold applies
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    path.with_suffix(".settings.json").write_text(json.dumps({"--model": pair[0], "--verifier": pair[1]}))
+    assert rowen.run_models(path) == pair and rowen.run_models(tmp_path / "none.jsonl") == (None, None)
+    rowen.main(["--modes-from", str(path)])
+    out = capsys.readouterr().out
+    assert f"Z_hybrid: AUC None; below threshold {rowen.CALIBRATED[pair]:g} it retrieves" in out
+    assert ("hybrid threshold at the paper's 23% retrieval rate (threshold_for_rate over 5 questions' Z, "
+            "no answer read): 0.5, retrieving on 20%") in out
+
+
+def test_a_run_of_a_calibrated_pair_records_the_calibrated_threshold(tmp_path, monkeypatch, tiny_real):
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: tiny_real)
+    monkeypatch.setitem(rowen.CALIBRATED, (rowen.MODEL, rowen.VERIFIER), 0.9)
+    out = tmp_path / "run.jsonl"
+    rowen.main(["--dataset", "strategyqa", "--limit", "1", "--k", "1", "--output", str(out)])
+    assert json.loads(out.with_suffix(".settings.json").read_text())["--threshold"] == 0.9
+    assert json.loads(out.read_text().splitlines()[0])["trace"]["threshold"] == 0.9

@@ -376,3 +376,33 @@ def test_table_reads_ctrlas_multihop_chains_with_their_forced_answers(tmp_path):
     assert "ctrla 1 of 2, ctrla-never 0 of 2 (1 still without one); the run files keep their answers as run." in table
     assert "ctrla.forced" not in figures and "in_progress" not in figures     # the side file is no run
     assert figures["forced_answers"] == {"ctrla": {"1": "Paris"}}
+
+
+def test_rowen_thresholds_of_the_runs_pair_and_at_the_papers_rate(tmp_path):
+    import rowen
+    pair = ("qwen2.5-coder-1.5b", "smollm2-135m")
+
+    def sq(qid, z_cl, z_cm, initial, final, label):
+        row = rowen_row(qid, z_cl, z_cm, initial, final)
+        return {**row, "label": label, "trace": {**row["trace"], "task": "strategyqa"}}
+    # hybrid Z 0.0, 1.0, 2.0, 2.0, 2.0: the paper's 20% StrategyQA rate is 1 of 5, under the cut 0.5
+    rows = [sq("1", 0.0, 0.0, "No", "Yes", True), sq("2", 0.5, 0.5, "No", "Yes", True)] + [
+        sq(str(i), 1.0, 1.0, "Yes", "No", True) for i in (3, 4, 5)]
+    write(tmp_path / "rowen-hybrid-always.jsonl", rows)
+    (tmp_path / "rowen-hybrid-always.settings.json").write_text(json.dumps({"--model": pair[0], "--verifier": pair[1]}))
+    run_all.main(["--out", str(tmp_path), "--table-only", "--zs", "1.5"])
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    table = (tmp_path / "table.md").read_text()
+    # Rowen-Hybrid at the pair's calibrated threshold (Z 0 and 1 retrieve below 1.25: 2 of 5, both repaired to "yes")
+    t = rowen.CALIBRATED[pair]
+    assert f"| Rowen-Hybrid (threshold {t:g}) | 5 |" in table
+    assert figures["rowen-hybrid"]["retrieval_rate"] == sum(z < t for z in (0, 1, 2, 2, 2)) / 5
+    # the --zs value, then this run's own Z at the paper's StrategyQA rate (no answer read): 0.5, 1 of 5
+    assert figures["rowen-hybrid-t1.5"]["retrieval_rate"] == 0.4
+    # q1 repaired to "Yes" (right), q2 keeps "No" (wrong), q3-5 keep "Yes" (right)
+    assert figures["rowen-hybrid-t0.5"]["retrieval_rate"] == 0.2 and figures["rowen-hybrid-t0.5"]["acc"] == 0.8
+    assert "| Rowen-Hybrid, threshold 0.5 (the paper's retrieval rate on these Z) | 5 |" in table
+    cal = figures["rowen_rate_calibration"]["rowen-hybrid-always"]
+    assert (cal["threshold"], cal["rate"], cal["target"]) == (0.5, 0.2, 0.2)
+    assert "Rowen, rowen-hybrid-always: hybrid threshold at the paper's 20% retrieval rate" in table
+    assert "| threshold | retrieval rate |\n|---:|---:|\n| 0 | 0.0 |\n| 0.5 | 20.0 |\n| 1.5 | 40.0 |\n| 2.5 | 100.0 |" in table
