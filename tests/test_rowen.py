@@ -748,10 +748,12 @@ def test_calibrated_pair_gets_its_threshold_and_the_paper_rate_is_read_from_z(tm
             "no answer read): 0.5, retrieving on 20%") in out
 
 
-def test_a_run_of_a_calibrated_pair_records_the_calibrated_threshold(tmp_path, monkeypatch, tiny_real):
+def test_a_run_of_a_calibrated_pair_records_the_calibrated_threshold(tmp_path, monkeypatch, capsys, tiny_real):
     monkeypatch.setattr(common, "load_model", lambda *a, **k: tiny_real)
     monkeypatch.setitem(rowen.CALIBRATED, (rowen.MODEL, rowen.VERIFIER), 0.9)
     out = tmp_path / "run.jsonl"
     rowen.main(["--dataset", "strategyqa", "--limit", "1", "--k", "1", "--output", str(out)])
+    assert (f"hybrid threshold 0.9: calibrated for M {rowen.MODEL} with M_V {rowen.VERIFIER} (rowen.CALIBRATED; "
+            "the official default is 0.5)") in capsys.readouterr().err
     assert json.loads(out.with_suffix(".settings.json").read_text())["--threshold"] == 0.9
     assert json.loads(out.read_text().splitlines()[0])["trace"]["threshold"] == 0.9
