@@ -284,6 +284,24 @@ def test_auroc_by_hand():
     assert ev.auroc([1, 2], [True, True]) is None and ev.auroc([1, 2], [False, False]) is None
 
 
+def test_aurocs_of_many_groups_at_once_equal_each_alone():
+    # sizes (2, 2), (1, 3), (2, 2) again and an empty side: scipy sees the two (2, 2) groups in one call
+    groups = [([0.4, 0.8], [0.1, 0.35]), ([5], [5, 5, 1]), ([1, 2], [1, 0]), ([], [1.0]), ([0.2], [])]
+    assert ev.aurocs(groups) == [1.0, pytest.approx(2 / 3), 0.875, None, None]
+    for (bad, good), value in zip(groups[:3], ev.aurocs(groups)):
+        assert value == ev.auroc(bad + good, [True] * len(bad) + [False] * len(good))
+    assert ev.aurocs([]) == []
+
+
+def test_bootstrap_interval_is_the_percentile_bootstrap_of_auroc():
+    # the batched draws give what drawing and scoring one draw at a time gives
+    scores = [0.2, 0.9, 0.4, 0.7, 0.5, 0.1, 0.8, 0.3, 0.6, 0.55, 0.2, 0.9]
+    wrong = [False, True, False, True, True, False, False, False, True, True, True, False]
+    one_by_one = ev.percentile_bootstrap(len(scores), lambda pick: ev.auroc([scores[i] for i in pick],
+                                                                            [wrong[i] for i in pick]), 300, seed=2)
+    assert ev.bootstrap_interval(scores, wrong, 300, seed=2) == one_by_one
+
+
 def test_bootstrap_interval_is_repeatable_and_holds_the_estimate():
     assert ev.bootstrap_interval([0.1, 0.4, 0.35, 0.8], [False, True, False, True], 200) == (1.0, 1.0)
     scores = [0.2, 0.9, 0.4, 0.7, 0.5, 0.1, 0.8, 0.3, 0.6, 0.55]
