@@ -472,7 +472,7 @@ def task_of(record: dict) -> str:
 @dataclass
 class Settings:
     mode: str = "hybrid"               # cl | cm | hybrid
-    threshold: float | None = None     # None: default_threshold(mode)
+    threshold: float | None = None     # None: default_threshold(mode); main passes its (M, M_V)'s
     alpha: float = ALPHA
     k: int = K
     target_language: str = TARGET_LANGUAGE
