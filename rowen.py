@@ -358,28 +358,6 @@ def threshold_for_rate(zs: list[float], rate: float) -> dict | None:
     return {"threshold": t, "rate": r, "table": table}
 
 
-def rate_calibration(rows: list[dict], rate: float | None = None) -> dict | None:
-    """threshold_for_rate over the hybrid Z of a --mode hybrid run's rows (each trace's alpha), at `rate` or
-    the paper's Rowen-Hybrid rate for the rows' task (PAPER_RATES); adds "target" and "n". None when a row
-    holds no Z or the task has no paper rate."""
-    if not rows or any(r.get("trace", {}).get("z_cl") is None or r["trace"].get("z_cm") is None for r in rows):
-        return None
-    rate = PAPER_RATES.get(rows[0]["trace"].get("task")) if rate is None else rate
-    if rate is None:
-        return None
-    found = threshold_for_rate([mode_score(r["trace"], "hybrid") for r in rows], rate)
-    return {**found, "target": rate, "n": len(rows)}
-
-
-def run_models(path) -> tuple[str | None, str | None]:
-    """(M, M_V) as a run's settings file beside it names them; (None, None) where it cannot be read."""
-    try:
-        saved = common.read_settings(Path(path).with_suffix(".settings.json"))
-    except common.InputError:
-        return None, None
-    return saved.get("--model"), saved.get("--verifier")
-
-
 def label_checks(answers: list[str], others: list[str], language: str = "English"):
     """StrategyQA's C without a judge [official]: pair j is consistent iff both yes/no labels are read
     and equal. Returns (verdicts, labels, other labels)."""
@@ -689,6 +667,28 @@ def detection_quality(rows, model=None, verifier=None):
                      "retrieve_wrong": round(sum(v < th for v in bad) / len(bad), 3) if bad else None,
                      "retrieve_right": round(sum(v < th for v in good) / len(good), 3) if good else None}
     return out
+
+
+def rate_calibration(rows: list[dict], rate: float | None = None) -> dict | None:
+    """threshold_for_rate over the hybrid Z of a --mode hybrid run's rows (each trace's alpha), at `rate` or
+    the paper's Rowen-Hybrid rate for the rows' task (PAPER_RATES); adds "target" and "n". None when a row
+    holds no Z or the task has no paper rate."""
+    if not rows or any(r.get("trace", {}).get("z_cl") is None or r["trace"].get("z_cm") is None for r in rows):
+        return None
+    rate = PAPER_RATES.get(rows[0]["trace"].get("task")) if rate is None else rate
+    if rate is None:
+        return None
+    found = threshold_for_rate([mode_score(r["trace"], "hybrid") for r in rows], rate)
+    return {**found, "target": rate, "n": len(rows)}
+
+
+def run_models(path) -> tuple[str | None, str | None]:
+    """(M, M_V) as a run's settings file beside it names them; (None, None) where it cannot be read."""
+    try:
+        saved = common.read_settings(Path(path).with_suffix(".settings.json"))
+    except common.InputError:
+        return None, None
+    return saved.get("--model"), saved.get("--verifier")
 
 
 def report(path, limit=None):
