@@ -20,7 +20,8 @@ whose inputs all equal one an earlier run made is served from it, so a threshold
 computes only the calls that differ from the runs already made, and each file is the one a run without
 the cache writes. --no-cache turns it off.
 Writes OUT/table.md (EM, F1, acc, retrieval rate, retrievals, model calls and seconds per question;
-then each run against its method's no-retrieval run (CoT, CtrlA never, Rowen never), question by question,
+then each run against its method's no-retrieval run (CoT, CtrlA never, Rowen never) and, if it decides when
+to retrieve, its always-retrieve run (SeaKR - S.A. Retrieval, CtrlA always, Rowen always), question by question,
 with a bootstrap interval: eval.paired_difference; then, for every file in OUT that holds a method's own score beside its unaided answers, that
 signal's AUROC against wrong answers: eval.signals; with a SeaKR run and CoT's (a CtrlA run and its
 never run), SeaKR's eigen score of each question's first step (CtrlA's monitor over its first segment)
@@ -258,26 +259,33 @@ def table_rows(a, reread: dict | None = None, course: dict | None = None,
     return [(name, method, label, metrics.summarize(rows), rows) for name, method, label, rows in out]
 
 
-# Each run against the run of its method that never retrieves (CoT is SeaKR's: the paper's own comparison)
-BASELINE_OF = {"SeaKR": "cot", "CtrlA": "ctrla-never", "Rowen": "rowen-never"}
+# Each run against its method's runs that never and always retrieve (CoT and the "- S.A. Retrieval" ablation
+# are SeaKR's: the paper's own comparisons, its Tables 1 and 3); a run that itself retrieves at every step
+# (IRCoT among them) only against the one that never does, and that one against neither
+BASELINES_OF = {"SeaKR": ("cot", "seakr-no-sa-retrieval"), "CtrlA": ("ctrla-never", "ctrla-always"),
+                "Rowen": ("rowen-never", HYBRID)}
+RETRIEVE_ALWAYS = {"ircot", "seakr-no-sa-retrieval", "ctrla-always", HYBRID}
 
 
 def paired_rows(rows) -> list[tuple[str, str, dict]]:
-    """(label, baseline label, eval.paired_difference) for each run whose method's no-retrieval run is present."""
+    """(label, baseline label, eval.paired_difference) for each run against its method's never-retrieve run
+    and, for a run that decides when to retrieve, its always-retrieve run, where those are present."""
     by_name = {name: (label, run_rows) for name, _, label, _, run_rows in rows}
     out = []
     for name, method, label, _, run_rows in rows:
-        base = BASELINE_OF.get(method)
-        if base in by_name and name != base and name not in SIGNAL_RUNS and name not in LEGACY:
-            found = metrics.paired_difference(run_rows, by_name[base][1])
-            if found:
+        if name in SIGNAL_RUNS or name in LEGACY:
+            continue
+        never, always = BASELINES_OF.get(method, (None, None))
+        for base in (never, None if name in RETRIEVE_ALWAYS or name == never else always):
+            if base in by_name and name != base and (found := metrics.paired_difference(run_rows, by_name[base][1])):
                 out.append((label, by_name[base][0], found))
     return out
 
 
 def paired_text(pairs) -> str:
     """The paired differences in markdown."""
-    lines = ["Each run against its method's no-retrieval run on the questions both answered: the mean "
+    lines = ["Each run against its method's run that never retrieves and, if it decides when to retrieve, "
+             "its run that always does, on the questions both answered: the mean "
              "per-question difference in F1 (StrategyQA: accuracy; TruthfulQA: closer to a correct answer), "
              "in points, with a 95% percentile bootstrap interval (questions resampled, 1000 draws; "
              "`eval.paired_difference`). An interval that holds 0 is no verdict.", "",

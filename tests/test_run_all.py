@@ -75,10 +75,17 @@ def test_table_from_run_files(tmp_path, capsys):
     assert "| rowen-hybrid-always | Rowen | -Z_hybrid | 2 | 1 | 0.000 |" in table
     # each run against its method's no-retrieval run, question by question: Rowen-Hybrid at 0.5 keeps the
     # wrong r0 on q1 (F1 0 - 0) and repairs the right one on q2 into Rome (0 - 1): -0.5; always: +1 and -1
-    paired = {d["run"]: d for d in figures["paired"]}
-    assert paired["Rowen-Hybrid (threshold 0.5)"]["difference"] == -0.5
-    assert paired["Rowen, always retrieve"]["difference"] == 0.0 and paired["Rowen, always retrieve"]["n"] == 2
-    assert {d["against"] for d in paired.values()} == {"Rowen, never retrieve"}   # no CoT file: SeaKR unpaired
+    # and, for a run that decides when to retrieve, against its always run: at 0.5 (0 - 1) on q1, (0 - 0) on q2
+    paired = {(d["run"], d["against"]): d for d in figures["paired"]}
+    never, always = "Rowen, never retrieve", "Rowen, always retrieve"
+    assert paired["Rowen-Hybrid (threshold 0.5)", never]["difference"] == -0.5
+    assert paired["Rowen-Hybrid (threshold 0.5)", always]["difference"] == -0.5
+    assert paired[always, never]["difference"] == 0.0 and paired[always, never]["n"] == 2
+    # the always run against itself, the never run against either, SeaKR (no CoT file): none of them
+    assert {b for r, b in paired if r in (never, always)} == {never} and (never, always) not in paired
+    assert {b for _, b in paired} == {never, always} and not any(r.startswith("SeaKR") for r, _ in paired)
+    assert len(paired) == 5 * 2 + 1   # Hybrid, CL, CM at their defaults and Hybrid at the --zs 0.5 and 1: each
+    assert paired["Rowen-CL (threshold 0.6)", always]["difference"] == 0.0   # Z_CL 0.5 and 0: it retrieves on both
     assert "| Rowen-Hybrid (threshold 0.5) | Rowen, never retrieve | 2 | f1 | -50.0 |" in table
 
 
