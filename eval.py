@@ -225,7 +225,7 @@ def summarize(rows):
     """Means over rows: every metric of `score_record` (fractions in [0, 1]) and the cost of the
     method (how often it retrieved, model calls, seconds). A key missing from a row counts as 0."""
     def mean(values):
-        return round(sum(values) / len(values), 4) if values else 0.0
+        return round(sum(values) / len(values), 6) if values else 0.0
 
     per_metric = {}
     for row in rows:
@@ -242,7 +242,7 @@ def summarize(rows):
     summary.update({name: mean(values) for name, values in per_metric.items()})
     truthful = [row for row in rows if row.get("label") is None and row.get("correct_answers") is not None]
     if truthful:   # a corpus score, as the official code computes it
-        summary["bleu"] = round(truthfulqa_bleu(truthful), 4)
+        summary["bleu"] = round(truthfulqa_bleu(truthful), 6)
     summary["retrieval_rate"] = mean([float(x > 0) for x in cost("retrievals")])
     summary["retrievals_per_q"] = mean(cost("retrievals"))
     summary["calls_per_q"] = mean(cost("model_calls"))
@@ -466,8 +466,8 @@ def paired_difference(rows, baseline, resamples=1000, level=0.95, seed=0):
     diffs = [main_metric(a)[1] - main_metric(b)[1] for a, b in pairs]
     mean = lambda pick: sum(diffs[i] for i in pick) / len(pick)
     lo, hi = percentile_bootstrap(len(diffs), mean, resamples, level, seed)
-    return {"metric": name, "n": len(diffs), "difference": round(mean(range(len(diffs))), 4),
-            "interval": [round(lo, 4), round(hi, 4)]}
+    return {"metric": name, "n": len(diffs), "difference": round(mean(range(len(diffs))), 6),
+            "interval": [round(lo, 6), round(hi, 6)]}
 
 
 def is_right(row, prediction=None):
@@ -520,12 +520,13 @@ def signal_scores(rows):
 
 def auroc_over(values, targets, resamples=1000):
     """(n, targets among them, AUROC, its bootstrap interval) of the scores against 0/1 targets, the
-    rows whose score is None left out; AUROC and interval rounded to 3 places, None where undefined."""
+    rows whose score is None left out; AUROC and interval to 6 places (a table rounds them once more, for
+    display only), None where undefined."""
     keep = [i for i, v in enumerate(values) if v is not None]
     x, t = [values[i] for i in keep], [bool(targets[i]) for i in keep]
     auc, ci = auroc(x, t), bootstrap_interval(x, t, resamples)
-    return (len(x), sum(t), None if auc is None else round(auc, 3),
-            None if ci is None else [round(ci[0], 3), round(ci[1], 3)])
+    return (len(x), sum(t), None if auc is None else round(auc, 6),
+            None if ci is None else [round(ci[0], 6), round(ci[1], 6)])
 
 
 STEP_LENGTH = "the step's length (words)"   # beside a method's score of its first step
@@ -618,8 +619,8 @@ def signals(rows, resamples=1000):
         if name == TRIGGER:   # a decision, not a score: how often it fires on wrong and on right answers
             x = [v for v in values if v is not None]
             w = [b for v, b in zip(values, wrong) if v is not None]
-            sig["flags_wrong"] = round(sum(v for v, b in zip(x, w) if b) / max(sum(w), 1), 3)
-            sig["flags_right"] = round(sum(v for v, b in zip(x, w) if not b) / max(len(w) - sum(w), 1), 3)
+            sig["flags_wrong"] = round(sum(v for v, b in zip(x, w) if b) / max(sum(w), 1), 6)
+            sig["flags_right"] = round(sum(v for v, b in zip(x, w) if not b) / max(len(w) - sum(w), 1), 6)
         out["signals"][name] = sig
     return out
 

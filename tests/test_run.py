@@ -38,8 +38,8 @@ def test_run_writes_rows_resumes_and_summarises(tmp_path):
     assert [r["id"] for r in rows] == [r["id"] for r in records] == seen
     assert rows[0]["trace"] == {"k": 1} and rows[0]["model_calls"] == 3
     n = len(records)
-    assert summary["n"] == n and summary["em"] == pytest.approx(round(1 / n, 4))
-    assert summary["retrieval_rate"] == pytest.approx(round((n - 1) / n, 4))
+    assert summary["n"] == n and summary["em"] == pytest.approx(round(1 / n, 6))
+    assert summary["retrieval_rate"] == pytest.approx(round((n - 1) / n, 6))
     assert json.loads((tmp_path / "out.summary.json").read_text())["n"] == n
     # resume: nothing is recomputed, the summary is the same
     again = common.run(args, "fake", lambda rec: pytest.fail("recomputed a finished question"))
@@ -192,7 +192,7 @@ def test_a_failed_question_is_a_row_with_its_error_and_counted(tmp_path, capsys)
     assert [r["id"] for r in rows] == ["nq-0", "nq-1", "nq-2"]
     assert rows[1]["prediction"] == "" and rows[1]["error"].startswith("prompt of 9000 tokens")
     assert "error" not in rows[0]
-    assert summary["n"] == 3 and summary["failed"] == 1 and summary["em"] == pytest.approx(round(2 / 3, 4))
+    assert summary["n"] == 3 and summary["failed"] == 1 and summary["em"] == pytest.approx(round(2 / 3, 6))
     assert "1 of 3 questions failed" in capsys.readouterr().out
     # a resume does not answer it again: the error is deterministic (a fix needs --overwrite)
     assert common.run(args, "fake", lambda rec: pytest.fail("recomputed"))["failed"] == 1
