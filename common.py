@@ -14,8 +14,9 @@ them needs to talk to a language model, a corpus and a question set:
               prompt, batching, a prefix cache: the "Speed machinery" section at the end of the file);
               --plain routes them through reference()
 - hooks:      record_output() and add_to_output(), removed on exit even on an exception
-- retrieval:  open_retriever(spec, preset) -> search(query, k), the one entry point to retrieval.py
-              (Lucene-parity BM25, corpus files, the on-disk index, Elasticsearch)
+- retrieval:  open_retriever(spec, preset) -> search(query, k), the methods' entry point to retrieval.py
+              (Lucene-parity BM25, corpus files, the on-disk index, Elasticsearch); BM25() is the
+              in-memory one over a list of passages
 - datasets:   load_dataset(name_or_path, limit), from questions.py (the formats of each dataset)
 - run loop:   add_common_args(), run(): one JSON line per question, resume, summary
 - call cache: --cache DIR: a greedy/sample call whose inputs all equal a stored one's returns the stored
@@ -1063,7 +1064,8 @@ def add_common_args(parser: argparse.ArgumentParser, dataset: str = "hotpotqa") 
     parser.add_argument("--data", help="any question file in a supported format (overrides --dataset)")
     parser.add_argument("--corpus", default="demo",
                         help="'demo' (data/corpus.jsonl), 'contexts' (the questions' own paragraphs, "
-                             "pooled) or a corpus file (JSONL, DPR psgs_w100.tsv, FlashRAG JSONL)")
+                             "pooled), a corpus file (JSONL, DPR psgs_w100.tsv, FlashRAG JSONL), an index "
+                             "directory (python retrieval.py build CORPUS DIR) or es://HOST:PORT/INDEX")
     parser.add_argument("--limit", type=int, help="only the first N questions")
     parser.add_argument("--skip", type=int, default=0,
                         help="leave out the first N of those (a shard: --limit 50 --skip 25 answers questions "

@@ -42,7 +42,8 @@ Backends:
   field, in its DisjunctionMaxQuery with tie breaker 0.5); the candidates are re-scored exactly
   with the formulas above from their re-analysed stored text, the document frequencies from
   tantivy and the field totals kept at build time. M doubles until no passage below tantivy's
-  M-th can beat the k-th, so the top k is exact (up to empty fields: see IndexBM25.search).
+  M-th can beat the k-th, so the top k is exact (up to empty fields: see IndexBM25.search), or M
+  reaches IndexBM25.MAX_M (10,000), where the top k is the best among those candidates.
 - ElasticRetriever: plain HTTP (urllib) to an index someone already built with the official code;
   the official query bodies; timeouts, retries; credentials from ES_API_KEY or
   ES_USERNAME + ES_PASSWORD.

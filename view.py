@@ -22,7 +22,8 @@ Several runs of the same questions (SeaKR and its CoT baseline, say) are shown s
 
 But: it shows what a trace holds and computes no decision of a method (it imports no method file): a
 field a trace lacks (older files, a failed question) is named as missing. SeaKR's delta is read from
-the run's settings (--threshold); a run on the model's default delta does not record it: pass --delta.
+the run's settings (--threshold: the delta the run used, its model's default included); an older file
+or a --calibrate run does not record it: pass --delta.
 """
 from __future__ import annotations
 
@@ -778,8 +779,8 @@ def main(argv=None):
                                             "rowen.py output files; several runs of the same questions side by side)")
     p.add_argument("runs", nargs="+", metavar="RUN.jsonl", help="output files of seakr.py, ctrla.py or rowen.py")
     p.add_argument("-o", "--output", help="the HTML file to write (default: the first run's path with .html)")
-    p.add_argument("--delta", type=float, help="SeaKR's delta for runs that do not record it (a run on the "
-                                               "model's default threshold; older files)")
+    p.add_argument("--delta", type=float, help="SeaKR's delta for runs that do not record it (older files, "
+                                               "--calibrate runs)")
     p.add_argument("--open", action="store_true", help="open the page in the default web browser")
     p.add_argument("--screenshot", metavar="PNG", help="also save one expanded question as a PNG (headless Chromium)")
     p.add_argument("--question", metavar="ID",

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import questions
 from common import BM25, DATASETS, STOP_WORDS, InputError, load_dataset
 from retrieval import contexts_corpus, load_corpus
 
@@ -230,13 +231,18 @@ def test_limit():
     assert len(load_dataset(FIXTURES / "iirc_dev.json", limit=1)) == 1
 
 
-def test_dataset_errors(tmp_path):
+def test_dataset_errors(tmp_path, monkeypatch):
     with pytest.raises(InputError) as e:
         load_dataset("hotpot")
     assert "hotpot: no such dataset or file" in str(e.value)
     assert all(name in str(e.value) for name in DATASETS)
     with pytest.raises(InputError, match="missing.json: no such dataset or file"):
         load_dataset(tmp_path / "missing.json")
+    # a demo set named by its alias whose file is gone from data/ (a damaged clone): says to restore data/
+    monkeypatch.setattr(questions, "DATA_DIR", tmp_path)
+    with pytest.raises(InputError, match=r"hotpotqa\S* not found; restore the project's data/ folder, or pass --dataset"):
+        load_dataset("hotpotqa")
+    monkeypatch.undo()
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "a", "answer": ["b"]}\n\n{"question": "c", "answer": [}\n')
     with pytest.raises(InputError, match=r"bad.jsonl:3: malformed JSON line .*fix or remove"):
