@@ -302,6 +302,25 @@ def test_bootstrap_interval_is_the_percentile_bootstrap_of_auroc():
     assert ev.bootstrap_interval(scores, wrong, 300, seed=2) == one_by_one
 
 
+def test_percentile_interval_by_hand_and_as_numpy_gives_it():
+    # the central 95% of 0..100: indices int(0.025 * 100) = 2 and ceil(0.975 * 100) = 98
+    assert ev._percentile_interval(list(range(101)), 0.95) == (2, 98)
+    assert ev._percentile_interval([None, *range(100, -1, -1), None], 0.95) == (2, 98)  # order, Nones left out
+    assert ev._percentile_interval(list(range(101)), 0.5) == (25, 75)
+    assert ev._percentile_interval([None], 0.95) is None
+    # on 1000 draws of a bootstrap: numpy's lower 2.5th and higher 97.5th percentiles
+    import numpy as np
+    values = [ev.auroc([i % 7, i % 5, i % 3, 1], [True, False, True, False]) for i in range(1000)]
+    assert ev._percentile_interval(values, 0.95) == (np.percentile(values, 2.5, method="lower"),
+                                                     np.percentile(values, 97.5, method="higher"))
+    # the mean of ten 0/1 differences resampled 2000 times: its 95% interval as numpy reads the same draws
+    diffs = [1, 0, 0, 1, 1, 0, 1, 1, 0, 1]
+    means = [sum(diffs[i] for i in pick) / 10 for pick in ev._draws(10, 2000, 0)]
+    got = ev.percentile_bootstrap(10, lambda pick: sum(diffs[i] for i in pick) / 10, 2000)
+    assert got == (np.percentile(means, 2.5, method="lower"), np.percentile(means, 97.5, method="higher"))
+    assert 0.2 <= got[0] <= 0.4 and 0.8 <= got[1] <= 0.9    # about 0.6 -/+ 1.96 sqrt(0.24 / 10) = 0.30, 0.90
+
+
 def test_bootstrap_interval_is_repeatable_and_holds_the_estimate():
     assert ev.bootstrap_interval([0.1, 0.4, 0.35, 0.8], [False, True, False, True], 200) == (1.0, 1.0)
     scores = [0.2, 0.9, 0.4, 0.7, 0.5, 0.1, 0.8, 0.3, 0.6, 0.55]

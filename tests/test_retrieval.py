@@ -151,7 +151,6 @@ def test_index_equals_memory_and_candidates_grow(tmp_path):
     build_index(path, tmp_path / "idx", progress=False, commit_every=7)
     for preset in ("seakr", "ctrla"):
         local, disk = LocalBM25(ps, preset), common.open_retriever(str(tmp_path / "idx"), preset)
-        disk.FIRST_M = 2  # force the threshold loop to double M
         rounds, real = [], disk._candidates
         disk._candidates = lambda t, m: rounds.append(m) or real(t, m)
         for q in QUERIES:
@@ -162,6 +161,23 @@ def test_index_equals_memory_and_candidates_grow(tmp_path):
         assert min(rounds) == 5  # k first (then doubled only when tantivy's order is not Lucene's)
         # stemmed on seakr, so "queens games" matches there only
         assert (disk.search("queens games", 5) != []) == (preset == "seakr")
+
+        # Where tantivy's order is not Lucene's, M doubles until nothing left out can beat the k-th. Here
+        # tantivy ranks by its score raised by 0 to 49% per passage (still an upper bound on what Lucene
+        # gives, as the threshold needs), so its first 5 are not the true top 5: stopping there, or
+        # growing M otherwise than by doubling, shows.
+        def raised(t, m):
+            hits = [(score * (1 + (addr.doc * 7919 % 50) / 100), addr) for score, addr in real(t, 10_000)]
+            return sorted(hits, key=lambda h: -h[0])[:m]
+        rounds.clear()
+        disk._candidates = lambda t, m: rounds.append(m) or raised(t, m)
+        for q in QUERIES:
+            assert [h["id"] for h in disk.search(q, 5)] == [h["id"] for h in local.search(q, 5)], (preset, q)
+        assert max(rounds) > 5 and all(m in (5, 10, 20, 40, 80) for m in rounds), rounds
+        # and the first round alone would have been wrong for some query (so the doubling mattered)
+        ident = lambda addr: json.loads(bytes(disk.searcher.doc(addr)["src"][0]).decode())["id"]
+        assert any({h["id"] for h in local.search(q, 5)} != {ident(a) for _, a in raised(
+            retrieval.analyze(q, disk.preset.analyzer), 5)} for q in QUERIES)
 
 
 def test_index_build_resumes_after_interruption(tmp_path, monkeypatch):
