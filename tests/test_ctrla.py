@@ -1,6 +1,7 @@
 """CtrlA: the math on hand-made tensors; hooks, monitoring and the loop on tiny random models; refusal
 handling on a scripted model."""
 import argparse
+import contextlib
 import copy
 import itertools
 import json
@@ -245,13 +246,28 @@ def test_monitoring_decision():
         assert torch.equal(ctrla.unconfident(ctrla.clamp_outliers(c * s)), ctrla.unconfident(clamped))
 
 
+@contextlib.contextmanager
+def fed_tokens(model):
+    """The number of tokens each forward pass feeds the model (a hook on its embedding, embed_tokens)."""
+    fed = []
+    handle = model.get_input_embeddings().register_forward_hook(lambda m, args, out: fed.append(args[0].shape[-1]))
+    try:
+        yield fed
+    finally:
+        handle.remove()
+
+
 def test_monitor_reuses_the_shared_prefix(tiny):
     model, tok = tiny
     run = ctrla.Run(model, tok, {"confidence": random_features(4, 32)}, None,
                     ctrla.Settings(monitor=(-1, -2, -3)))
     head = "User: where is the tower?\n\nAssistant: It is in Paris."
-    ctrla.monitor(run, head, 30, "where is the tower?", [])
-    ctrla.monitor(run, head + " It is tall.", len(head) + 1, "where is the tower?", ["It is in Paris."])
+    with fed_tokens(model) as fed:
+        ctrla.monitor(run, head, 30, "where is the tower?", [])
+        ctrla.monitor(run, head + " It is tall.", len(head) + 1, "where is the tower?", ["It is in Paris."])
+    # BOS and one token per character, the blank line "\n\n" one (<unk>): head is len(head) tokens, all fed
+    # by the first pass; the second keeps them and feeds only " It is tall.", 12 tokens
+    assert fed == [len(head), 12]
     reused = run.cache[2]
     run.cache = None
     ctrla.monitor(run, head + " It is tall.", len(head) + 1, "where is the tower?", ["It is in Paris."])
@@ -350,10 +366,17 @@ def test_monitor_crop_is_right_on_any_version(tiny, monkeypatch):
     for text, start, prev in steps:
         run = ctrla.Run(model, tok, {"confidence": random_features(4, 32)}, None, ctrla.Settings(monitor=(-1, -2, -3)))
         fresh.append(ctrla.monitor(run, text, start, "where is the tower?", prev)["scores"])
-    monkeypatch.setattr(DynamicCache, "crop", crop_4x)
+    crops = []
+    monkeypatch.setattr(DynamicCache, "crop", lambda self, n: crops.append(n) or crop_4x(self, n))
     run = ctrla.Run(model, tok, {"confidence": random_features(4, 32)}, None, ctrla.Settings(monitor=(-1, -2, -3)))
-    for (text, start, prev), want in zip(steps, fresh):
-        assert ctrla.monitor(run, text, start, "where is the tower?", prev)["scores"] == pytest.approx(want, abs=1e-3)
+    with fed_tokens(model) as fed:
+        for (text, start, prev), want in zip(steps, fresh):
+            got = ctrla.monitor(run, text, start, "where is the tower?", prev)["scores"]
+            assert got == pytest.approx(want, abs=1e-3)
+    # BOS and one token per character, "\n\n" one: all of head (len(head) tokens); then " It is tall." (12)
+    # after the whole cache, uncropped; then " It is old." shares " It is " with the cache: "tall." (5
+    # tokens) cropped, "old." (4) fed
+    assert fed == [len(head), 12, 4] and crops == [-5]
 
 
 def test_analysis_sits_after_main():
@@ -603,9 +626,40 @@ def test_official_statement_files_give_the_features(tmp_path, tiny, monkeypatch)
                         lambda m, t, prompts, **kw: seen.append(prompts) or real(m, t, prompts))
     feats = ctrla.features(model, tok, "honesty", n_pairs=40, file=facts)
     assert seen == [want] and feats["statements_used"] == 2 and "center" not in feats
-    ours = ctrla.read_statements(ctrla.CONFIDENCE_FILE)
+    # tau's calibration (style_center: ours, not the paper's or the official code's; the midpoint scored as
+    # the official code scores a token, token_scores): the states of each held-out statement stubbed, so the
+    # center is known by hand. Per layer l, every answer token of a confident statement sits at mu_l + a_l * d_l,
+    # of an unconfident one at mu_l + b_l * d_l (mu, d: the features just read, d of unit norm), and the
+    # prompt token before the answer far off at mu_l + 100 * d_l (never read). The center is
+    # sign_l * ((C_l + U_l) / 2 - mu_l) . d_l = sign_l * (a_l + b_l) / 2.
+    ours = {r["statement"]: r["style"] for r in ctrla.read_statements(ctrla.CONFIDENCE_FILE) + STATEMENTS}
+    a, b = torch.tensor([12.0, 4.0, 5.0, 6.0]), torch.tensor([8.0, 0.0, 1.0, -6.0])
+    asked, read = [], []
+
+    def answer_states(m, t, prompt, answer):
+        asked.append((prompt, ours[answer]))
+        at = a if ours[answer] == "confident" else b
+        mu, d = read[-1]["mean"], read[-1]["direction"]
+        hs = torch.stack([mu + 100 * d, mu + at[:, None] * d, mu + at[:, None] * d], dim=1)   # [L, 3, d]
+        return hs, [(0, 5), (5, 9), (9, 12)], 5       # tokens 1 and 2 are the answer's
+
+    real_read = ctrla.read_features
+    monkeypatch.setattr(ctrla, "read_features", lambda *x: read.append(real_read(*x)) or read[-1])
+    monkeypatch.setattr(ctrla, "answer_states", answer_states)
     c = ctrla.features(model, tok, "confidence", n_pairs=8, file=conf)
-    assert torch.equal(c["center"], ctrla.style_center(model, tok, c, ours))
+    # the official file has no style column: the first 20 confident and 20 unconfident of ours
+    assert sorted(style for _, style in asked) == ["confident"] * 20 + ["unconfident"] * 20
+    assert torch.allclose(c["center"], c["sign"] * torch.tensor([10.0, 2.0, 3.0, 0.0]), atol=1e-4)
+    # tau = None (every model but Mistral-7B): tau is the center's mean over the monitor layers; keys -2, -3
+    # are layers 2 and 1: tau = (3 sign_2 + 2 sign_1) / 2 (the mean over all 4 layers would differ)
+    tau = float(3 * c["sign"][2] + 2 * c["sign"][1]) / 2
+    keys = (-2, -3)
+    assert ctrla.threshold(ctrla.Settings(tau=None, monitor=keys), {"confidence": c}, keys) == pytest.approx(tau)
+    # ... and monitor judges with it: its scores are those of tau = 0 less tau
+    text = ctrla.append(ctrla.build_prompt(tok, "short", "Who?"), "It is Paris.")
+    scores = [ctrla.monitor(ctrla.Run(model, tok, {"confidence": c}, None, ctrla.Settings(tau=t, monitor=keys)),
+                            text, len(text) - 12, "Who?", [])["scores"] for t in (None, 0.0)]
+    assert scores[0] == pytest.approx([x - tau for x in scores[1]], abs=2e-3)
     # held-out statements of one style only: no calibration (main then asks for --tau), never tau = 0
     one_style = [STATEMENTS[0], STATEMENTS[2]]
     assert "center" not in ctrla.features(model, tok, "confidence", n_pairs=8, rows=one_style)

@@ -10,6 +10,7 @@ import torch
 import common
 import retrieval
 import seakr
+from test_generation import count_prefills
 
 
 def test_eigen_score_hand_computed():
@@ -195,18 +196,20 @@ def test_final_answer_by_hand():
     assert seakr.continuation(None, common.Generation("So", [1], [0.0], "eos")) == ""
 
 
-def scripted(monkeypatch, tok, replies: list):
+def scripted(monkeypatch, tok, replies: list, scores: list | None = None):
     """A scripted model: seakr.call and seakr.call_many answer each prompt with the next of `replies`
     (what the model writes, cut at the call's stops as decoding cuts it, or a Generation as it is),
-    with U = -7; seakr.reason is stubbed out. Returns the (prompt, stop) pairs asked."""
+    with U the next of `scores` (default -7); seakr.reason is stubbed out. Returns the (prompt, stop)
+    pairs asked."""
     asked = []
+    scores = list(scores) if scores is not None else [-7.0] * len(replies)
 
     def one(prompt, stop, budget):
         budget.calls += 1
         asked.append((prompt, tuple(stop)))
         r = replies.pop(0)
         g = r if isinstance(r, common.Generation) else as_generated(tok, r, stop)
-        return seakr.Call(g.text.strip(), -7.0, g, 20)
+        return seakr.Call(g.text.strip(), scores.pop(0), g, 20)
     monkeypatch.setattr(seakr, "call", lambda model, t, prompt, stop, s, budget: one(prompt, stop, budget))
     monkeypatch.setattr(seakr, "call_many", lambda model, t, prompts, stop, s, budget:
                         [one(x, stop, budget) for x in prompts])
@@ -426,11 +429,20 @@ def test_default_layer_is_middle():
     assert seakr.default_layer(M()) == 14
 
 
-def test_call_scores_samples_with_one_prefill(tiny):
+def test_call_scores_samples_with_one_prefill(tiny, monkeypatch):
     model, tok = tiny
     s = seakr.Settings(delta=0.0, layer=1, k=5)
     budget = seakr.Budget(seed=3)
-    c = seakr.call(model, tok, "Question: ab\nAnswer:", ("\n",), s, budget)
+    # no prefix cache: any other decode of the prompt would feed all of it again (with the cache, only
+    # its last token, which count_prefills does not count)
+    monkeypatch.setattr(common, "REUSE_PREFIX", False)
+    prefills, h = count_prefills(model)
+    try:
+        c = seakr.call(model, tok, "Question: ab\nAnswer:", ("\n",), s, budget)
+    finally:
+        h.remove()
+    # BOS + 20 characters, one token each: the greedy step and the 5 samples share one prefill
+    assert prefills == [21] == [len(common.encode(tok, "Question: ab\nAnswer:"))]
     assert budget.calls == 1 and 0 < c.samples <= 5
     assert math.isfinite(c.score)
     again = seakr.call(model, tok, "Question: ab\nAnswer:", ("\n",), s, seakr.Budget(seed=3))
@@ -472,6 +484,8 @@ def test_multihop_loop_invariants(tiny, mode):
     if True:                                # delta = -inf: every step that is not an answer retrieves
         retrieved = [st for st in steps if st["retrieved"]]
         assert retrieved and all("query" in st for st in retrieved)
+        # on this tiny model the query finds nothing and no step records "chosen": the choice by lowest U
+        # is checked with scripted scores (test_rerank_keeps_the_candidate_with_the_lowest_u)
         for st in retrieved:
             if "chosen" in st:
                 scores = [c["score"] if c["text"] else math.inf for c in st["candidates"]]
@@ -481,18 +495,92 @@ def test_multihop_loop_invariants(tiny, mode):
     assert out["model_calls"] >= len(steps)
 
 
-def test_simple_qa_tries_each_passage_alone(tiny):
+@pytest.mark.parametrize("rerank", [True, False])
+def test_rerank_keeps_the_candidate_with_the_lowest_u(real_tok, monkeypatch, rerank):
+    """Self-aware re-ranking (paper 3.2): each of BM25's N passages regenerates the step; the passage whose
+    step has the lowest U joins the knowledge buffer, its step the rationale buffer. "- S.A. Re-rank"
+    (--no-rerank) reads BM25's first passage alone."""
+    question = "Where was Beta born?"
+    # U: the step 1.0 > delta 0 (uncertain), then per candidate in BM25's order -6, -9, -5: the lowest is
+    # the second, neither BM25's first nor the highest
+    replies = ["Beta was born in Gamma. It is a city.", "So the answer is Alpha.\n\n",
+               "So the answer is Gamma.\n\n", "So the answer is Delta.\n\n"]
+    asked = scripted(monkeypatch, real_tok, replies, [1.0, -6.0, -9.0, -5.0])
+    buffers = {}
+    monkeypatch.setattr(seakr, "reason", lambda model, tok, prefix, q, steps, docs, s, budget: buffers.update(
+        steps=list(steps), docs=[d["id"] for d in docs]) or {"answer": None, "chosen": "knowledge"})
+    s = seakr.Settings(delta=0.0, layer=0, rerank=rerank)
+    out = seakr.solve_multihop(None, real_tok, common.BM25(CORPUS), "P", question, s, seakr.Budget(0))
+    steps = out["trace"]["steps"]
+    assert len(steps) == 1 and "chosen" in steps[0]        # one retrieval, one choice: the check below is real
+    # the step's words, all sure (p = 1), less the stop words "was", "in"; BM25: p1 (Beta, born, Gamma),
+    # p2 (Gamma), p0 (Beta)
+    assert steps[0]["query"] == "Beta born Gamma"
+    hits = ["p1", "p2", "p0"] if rerank else ["p1"]
+    assert [(c["id"], c["score"]) for c in steps[0]["candidates"]] == list(zip(hits, [-6.0, -9.0, -5.0]))
+    chosen, step = ("p2", "So the answer is Gamma.") if rerank else ("p1", "So the answer is Alpha.")
+    assert steps[0]["chosen"] == chosen and out["trace"]["passages"] == [chosen] and out["retrievals"] == 1
+    # the chosen candidate's step replaces the uncertain one, and names an answer: the loop ends
+    assert buffers == {"steps": [step], "docs": [chosen]}
+    # each candidate regenerated the first step with its own passage alone
+    by_id = {p["id"]: p for p in CORPUS}
+    assert [p for p, _ in asked[1:]] == [seakr.build_prompt("P", question, docs=[seakr.passage_text(by_id[i])])
+                                         for i in hits]
+    assert asked[1][0].endswith("Context: [1] Beta: Beta was a builder born in Gamma.\nAnswer in the same format "
+                                "as before. \nQuestion: Where was Beta born?\nAnswer:")
+
+
+def test_simple_qa_tries_each_passage_alone(tiny, monkeypatch):
     model, tok = tiny
+    prompts, real = [], seakr.call
+    monkeypatch.setattr(seakr, "call", lambda m, t, prompt, stop, s, budget:
+                        prompts.append(prompt) or real(m, t, prompt, stop, s, budget))
     s = seakr.Settings(delta=-math.inf, layer=1, k=3)
     out = seakr.solve_simple(model, tok, common.BM25(CORPUS), "Question: a?\nAnswer: b. So the answer is c.",
                              "Where was Beta the builder born?", s, seakr.Budget(seed=0))
     cands = out["trace"]["candidates"]
     assert out["retrievals"] == 1 and 1 <= len(cands) <= seakr.SIMPLE_QA_N
     assert out["model_calls"] >= 1 + len(cands)
+    # BM25 for the question: p1 (Beta, builder, born) then p0 (Beta); each candidate's prompt holds its
+    # passage alone
+    assert [c["id"] for c in cands] == ["p1", "p0"]
+    assert prompts[1:] == [
+        "Question: a?\nAnswer: b. So the answer is c.\n\nContext: [1] " + passage + "\nAnswer in the same format "
+        "as before. \nQuestion: Where was Beta the builder born?\nAnswer:"
+        for passage in ("Beta: Beta was a builder born in Gamma.", "Alpha: Alpha is a town founded by Beta in 1900.")]
+    # the answer kept is the one with the lowest U (an empty answer text: +inf); scored choice by hand in
+    # test_simple_qa_keeps_the_answer_with_the_lowest_u
+    scores = [math.inf if c["score"] is None or not c["text"] else c["score"] for c in cands]
+    assert out["trace"]["chosen"] == cands[scores.index(min(scores))]["id"]
     s_never = seakr.Settings(delta=math.inf, layer=1, k=3)
     out = seakr.solve_simple(model, tok, common.BM25(CORPUS), "Q", "Where was Beta born?", s_never,
                              seakr.Budget(seed=0))
     assert out["retrievals"] == 0 and "candidates" not in out["trace"]
+
+
+def test_simple_qa_keeps_the_answer_with_the_lowest_u(real_tok, monkeypatch):
+    """Simple QA (official eval_singlehop.ipynb): the answer given with each passage alone; the one with
+    the lowest U wins, whatever BM25's order."""
+    question = "Where was Beta born, in Alpha or Gamma?"
+    # BM25: p1 (Beta, born, Gamma), p0 (Beta, Alpha), p2 (Gamma); U: direct 1.0 > delta 0, then -6, -5, -9:
+    # the lowest is the third (p2), neither BM25's first (p1) nor the highest (p0)
+    asked = scripted(monkeypatch, real_tok, ["So the answer is Rome.\n", "So the answer is Gamma city.\n",
+                                             "So the answer is Alpha.\n", "So the answer is Gamma.\n"],
+                     [1.0, -6.0, -5.0, -9.0])
+    out = seakr.solve_simple(None, real_tok, common.BM25(CORPUS), "P", question, seakr.Settings(delta=0.0, layer=0),
+                             seakr.Budget(0))
+    trace = out["trace"]
+    assert trace["retrieved"] and trace["direct"]["answer"] == "Rome" and out["retrievals"] == 1
+    assert [(c["id"], c["answer"], c["score"]) for c in trace["candidates"]] == [
+        ("p1", "Gamma city", -6.0), ("p0", "Alpha", -5.0), ("p2", "Gamma", -9.0)]
+    assert trace["chosen"] == "p2" and out["prediction"] == "Gamma"
+    # one prompt per passage, that passage alone
+    tail = "Answer in the same format as before. \nQuestion: " + question + "\nAnswer:"
+    assert [p for p, _ in asked] == ["P\n\n" + tail] + [
+        "P\n\nContext: [1] " + passage + "\n" + tail
+        for passage in ("Beta: Beta was a builder born in Gamma.", "Alpha: Alpha is a town founded by Beta in 1900.",
+                        "Gamma: Gamma is a city on a river.")]
+    assert out["model_calls"] == 4
 
 
 @pytest.mark.slow
@@ -642,11 +730,23 @@ def test_ircot_retrieves_every_step_and_takes_the_top_hit(tiny, monkeypatch):
 def test_simple_qa_baselines(tiny, monkeypatch):
     model, tok = tiny
     no_sampling(monkeypatch)
+    seen, real = [], common.greedy
+
+    def greedy(m, t, prompt, max_new_tokens=64, stop=()):
+        seen.append(prompt)
+        return real(m, t, prompt, max_new_tokens=max_new_tokens, stop=stop)
+    monkeypatch.setattr(seakr.common, "greedy", greedy)
+    tail = "Answer in the same format as before. \nQuestion: Where was Beta born?\nAnswer:"
     for mode, retrievals in (("never", 0), ("ircot", 1)):
+        seen.clear()
         s = seakr.Settings(delta=-math.inf, layer=1, k=3, retrieve=mode)
         out = seakr.solve_simple(model, tok, common.BM25(CORPUS), "Q", "Where was Beta born?", s, seakr.Budget(0))
         assert out["retrievals"] == retrievals and "candidates" not in out["trace"]
-        assert out["trace"].get("passages", ["p1"])[0] == "p1"
+        if mode == "ircot":     # BM25's top one for the question: p1 (Beta, born) over p0 (Beta)
+            assert out["trace"]["passages"] == ["p1"]
+            assert seen[0] == "Q\n\nContext: [1] Beta: Beta was a builder born in Gamma.\n" + tail
+        else:                   # CoT: no passage
+            assert "passages" not in out["trace"] and seen[0] == "Q\n\n" + tail
 
 
 def test_run_names_are_the_papers():
