@@ -60,7 +60,7 @@ def test_a_stored_call_is_returned_exactly_and_runs_no_model(tiny, cache, monkey
     assert common.CACHE_STATS == {"served": 3, "computed": 3, "bypassed": 0}
 
 
-def test_every_input_is_in_the_key(tiny, cache):
+def test_every_input_is_in_the_key(tiny, cache, monkeypatch):
     model, tok = tiny
     layers = common.decoder_layers(model)
     base = dict(k=3, seeds=[5], temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=12, stop=("\n",),
@@ -79,6 +79,8 @@ def test_every_input_is_in_the_key(tiny, cache):
     kernel.kernel = "onednn"                                           # common.KERNEL_ATTR
     eager = copy.deepcopy(model)
     eager.set_attn_implementation("eager")
+    more_eos = copy.deepcopy(model)
+    more_eos.generation_config.eos_token_id = [2, 5]                # EOS ids {2} -> {2, 5}, same weights
     variants = {
         "prompt": key(ids=[common.encode(tok, PROMPT + " x")]), "k": key(k=4), "seed": key(seeds=[6]),
         "temperature": key(temperature=0.9), "top_k": key(top_k=20), "top_p": key(top_p=0.9),
@@ -87,13 +89,31 @@ def test_every_input_is_in_the_key(tiny, cache):
         "greedy call": key(call="greedy"), "another model": key(m=make_model(len(tok), seed=1)),
         "its weights": key(m=other_weights), "kernel": key(m=kernel), "attention": key(m=eager),
         "precision": key(m=copy.deepcopy(model).to(torch.bfloat16)),
-        "tokenizer": key(t=_other_tokenizer()),
+        "tokenizer": key(t=_other_tokenizer()), "eos ids": key(m=more_eos),
     }
     common.PLAIN = True
     try:
         variants["--plain"] = key()
     finally:
         common.PLAIN = False
+    # the fast path's switches, the entry format, the code (common.py's id, torch's and transformers'
+    # versions) and the machine (CPU name, thread count): each set one at a time, then restored
+    for name, owner, attr, value in [
+            ("no batching", common, "BATCH", False), ("no prefix reuse", common, "REUSE_PREFIX", False),
+            ("no shared prompt", common, "SHARE_PROMPT", False), ("entry format", common, "_CACHE_FORMAT", 2),
+            ("common.py", common, "_file_id", lambda path: "1 bytes, sha256 0123456789abcdef"),
+            ("torch version", common.torch, "__version__", "0.0.1"),
+            ("transformers version", common.transformers, "__version__", "0.0.1"),
+            ("cpu name", common, "cpu_name", lambda: "Other CPU (GenuineIntel, family 6, model 1)")]:
+        with monkeypatch.context() as m:
+            m.setattr(owner, attr, value)
+            variants[name] = key()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads + 1)
+    try:
+        variants["threads"] = key()
+    finally:
+        torch.set_num_threads(threads)
     with common.add_to_output(layers[1], torch.ones(32)):
         variants["steering"] = key()
     with common.add_to_output(layers[1], 2 * torch.ones(32)):
@@ -294,9 +314,20 @@ def test_ctrla_files_are_identical_with_and_without_the_cache(ctrla_model, tmp_p
     plain, _ = run("plain")
     assert any(r["retrievals"] for r in plain)
     cold, err = run("cold", "calls")
-    assert cold == plain and " 0 model calls served" in err
+    assert cold == plain
+    cold_served, cold_computed = calls_said(err)
+    assert cold_served == 0 and cold_computed > 0                     # every call computed and stored
     warm, err = run("warm", "calls")
-    assert warm == plain and " 0 computed" in err
+    assert warm == plain
+    assert calls_said(err) == (cold_computed, 0)                       # every one of them served
+
+
+def calls_said(err):
+    """(served, computed) from a run's "call cache DIR: S model calls served, C computed" line."""
+    [line] = [line for line in err.splitlines() if line.startswith("call cache ")]
+    served, computed = line.split(": ", 1)[1].split(", ")[:2]
+    assert served.endswith(" model calls served") and computed.endswith(" computed"), line
+    return int(served.split()[0]), int(computed.split()[0])
 
 
 def test_a_cache_path_that_is_a_file_is_one_line_of_bad_input(tmp_path):

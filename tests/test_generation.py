@@ -81,6 +81,10 @@ def test_sampling_prefills_once_and_follows_the_model_distribution(tiny):
         lp = full_logprobs(model, ids + s.token_ids)
         for i, t in enumerate(s.token_ids):
             assert s.logprobs[i] == pytest.approx(float(lp[len(ids) - 1 + i, t]), abs=1e-4)
+    # the rows are drawn, not decoded greedily: they differ, and are the reference loop's draws for the seed
+    assert len({tuple(s.token_ids) for s in samples}) > 1
+    ref = common.reference(model, tok, prompt, 12, with_greedy=False, max_new_tokens=6, seed=1)
+    assert [(s.text, s.token_ids, s.finish) for s in samples] == [(r.text, r.token_ids, r.finish) for r in ref]
 
 
 def test_first_token_frequencies_match_softmax(tiny):
@@ -128,6 +132,20 @@ def test_draw_top_k_top_p_and_temperature():
     # top-k and the full-vocabulary path agree on the same filter
     g = _freq(logits, temperature=1.0, top_k=2, top_p=1.0)
     assert g[2] == 0 and abs(g[0] - 0.625) < 0.02
+    # the top-k branch's own nucleus and temperature (SeaKR: top_k 50, top_p 0.9), over 4 tokens so that
+    # top_k 3 < vocabulary takes that branch. Temperature 1, top_p 0.7: the top 3 are 0.5/0.3/0.2, mass
+    # before each 0, 0.5, 0.8, so two stay: 0.625/0.375 (a nucleus cut on the mass up to and including the
+    # token, 0.5/0.8/1.0, would keep the first alone: [1, 0, 0, 0])
+    logits4 = torch.log(torch.tensor([[0.5, 0.3, 0.2, 0.0]]))
+    f = _freq(logits4, temperature=1.0, top_k=3, top_p=0.7)
+    assert f[2:].sum() == 0 and abs(f[0] - 0.625) < 0.02
+    # temperature 0.5 over the top 3: 0.25/0.09/0.04 over 0.38 = 0.658/0.237/0.105 (unscaled: 0.5/0.3/0.2)
+    f = _freq(logits4, temperature=0.5, top_k=3, top_p=1.0)
+    assert torch.allclose(f, torch.tensor([0.658, 0.237, 0.105, 0.0]), atol=0.02)
+    # and then top_p 0.7: mass before each 0, 0.658, 0.895, so two stay, 0.25/0.34 = 0.735 and 0.09/0.34 =
+    # 0.265 (unscaled by the temperature: 0.625/0.375; cut on the mass including the token: [1, 0, 0, 0])
+    f = _freq(logits4, temperature=0.5, top_k=3, top_p=0.7)
+    assert torch.allclose(f, torch.tensor([0.735, 0.265, 0.0, 0.0]), atol=0.02) and f[2:].sum() == 0
 
 
 def test_hidden_state_is_read_at_substituted_eos(tiny):
