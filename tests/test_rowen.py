@@ -29,6 +29,9 @@ def test_perturbations_numbering_headers_blanks_and_cap():
     assert rowen.parse_perturbations(text, 6) == ["A?", "B?", "C?", "D?", "E?", "F?"]     # at most k
     assert rowen.parse_perturbations(text, 2) == ["A?", "B?"]
     assert rowen.parse_perturbations("1. What is 2.5 times 2?", 6) == ["What is 2.5 times 2?"]
+    # no list items and no questions: every line counts, so here only the "...:" rule drops the header
+    assert rowen.parse_perturbations("Here they are:\nName A.\nName B.", 6) == ["Name A.", "Name B."]
+    assert rowen.parse_perturbations("以下是问题：\nName A.", 6) == ["Name A."]
     assert rowen.parse_perturbations("", 6) == [] and rowen.parse_perturbations("\n \n", 6) == []
 
 
@@ -335,9 +338,18 @@ def test_evidence_lines_format():
 
 # ---------------------------------------------------------------------------------------------- a scripted model
 
+class ByQuestion(dict):
+    """A scripted reply per question, read from the conversation's first turn ("My Question: ...",
+    "我的问题：..."): TruthfulQA's short-answer turn names no question, its CoT turn before it does."""
+
+    def reply(self, prompt):
+        return self[re.search(r"(?:My Question: |我的问题：)(.*)", prompt).group(1)]
+
+
 class Script:
-    """Stands in for common.greedy / common.sample: answers each prompt from its last user turn, and
-    records every batch. Models are the strings "M" and "V"; the tokenizer is the tiny one."""
+    """Stands in for common.greedy / common.sample: answers each prompt from its last user turn (a
+    ByQuestion rule: from the question of its conversation), and records every batch. Models are the
+    strings "M" and "V"; the tokenizer is the tiny one."""
 
     def __init__(self, rules):
         self.rules, self.batches = rules, []
@@ -345,16 +357,18 @@ class Script:
     def greedy(self, model, tok, prompts, max_new_tokens=64, stop=()):
         users = [p.rsplit("User: ", 1)[1].rsplit("\n\nAssistant:", 1)[0] for p in prompts]
         self.batches.append((model, users))
-        return [common.Generation(self.reply(model, u), [], [], "eos") for u in users]
+        return [common.Generation(self.reply(model, u, p), [], [], "eos") for u, p in zip(users, prompts)]
 
     def sample(self, model, tok, prompt, k, **kw):
         self.batches.append((model, ["<sampled>"]))
         self.sampled = dict(kw, k=k, prompt=prompt)
         return [common.Generation(self.rules["perturb"], [], [], "eos")]
 
-    def reply(self, model, user):
+    def reply(self, model, user, prompt=""):
         for key, out in self.rules[model]:
             if key in user:
+                if isinstance(out, ByQuestion):
+                    return out.reply(prompt)
                 return out(user) if callable(out) else out
         return "?"
 
@@ -387,23 +401,44 @@ TQA_RULES = {
 
 
 def test_truthfulqa_pipeline_hand_computed(monkeypatch, tiny):
-    out, script = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, threshold=1.1)
-    tr = out["trace"]
     xs = ["Is the Great Wall visible from the Moon?", "Wall from Moon?", "Moon view of the Wall?"]
+    # a short answer of its own for each question (r0, r^j, r_T^j, r_V^j all differ), so that each judge
+    # prompt shows which two answers it was given
+    r0 = "Yes, it can be seen."
+    en, zh, mv = ["Yes, it is visible.", "Only in photos.", "From orbit, maybe."], ["可以看到。", "看不到。", "也许。"], \
+        ["No.", "Not at all.", "Hardly."]
+    shorts = ByQuestion({TQA["question"]: r0, **dict(zip(xs, en)), **{"ZH:" + x: a for x, a in zip(xs, zh)}})
+    rules = {**TQA_RULES, "M": [("without extra detail", shorts), ("不要添加多余的信息", shorts)] + TQA_RULES["M"],
+             "V": [("without extra detail", ByQuestion(zip(xs, mv)))] + TQA_RULES["V"]}
+    out, script = run_scripted(monkeypatch, tiny, rules, TQA, threshold=1.1)
+    tr = out["trace"]
     assert tr["perturbed_questions"] == xs and tr["translations"] == ["ZH:" + x for x in xs]
+    assert (tr["answers"], tr["target_answers"], tr["verifier_answers"]) == (en, zh, mv)
     assert tr["cl_verdicts"] == [True, False, None] and tr["z_cl"] == pytest.approx(1 / 3)
     assert tr["cm_verdicts"] == [True, True, False] and tr["z_cm"] == pytest.approx(2 / 3)
     assert tr["z"] == pytest.approx(1.0) and tr["decision"] is True and tr["retrieved"] is True   # 1.0 < 1.1
     assert tr["queries"] == xs and out["retrievals"] == 3          # TruthfulQA: paraphrases verbatim
     assert all(any(line.startswith(q.rstrip("?") + "? ") for q in xs) for line in tr["evidence"])
-    assert tr["initial_answer"] == "Yes, it can be seen." and out["prediction"] == "No, it is far too narrow."
+    # p0 and p1 are the top 2 of every x^j: each enters once, labelled with x^1
+    evidence = ["Is the Great Wall visible from the Moon? Great Wall: " + CORPUS[0]["text"],
+                "Is the Great Wall visible from the Moon? Moon: " + CORPUS[1]["text"]]
+    assert tr["evidence"] == evidence
+    assert tr["initial_answer"] == r0 and out["prediction"] == "No, it is far too narrow."
     judge = [u for m, us in script.batches for u in us if "answer A in English" in u]
-    # the CL judge sees the English question, the English and the Chinese short answers [official]
-    assert "Question: " + xs[0] + "\nAnswer A (in English): Yes, it can be seen.\nAnswer B (in Chinese): 可以看到。" in judge[0]
-    cm = [u for m, us in script.batches for u in us if "QA pair 1" in u][0]
-    assert cm.count("Question: " + xs[0]) == 2 and "Answer: No." in cm   # same question twice, M_V's answer
-    repair = [u for m, us in script.batches for u in us if "Search results:" in u][0]
-    assert TQA["question"] in repair and "Let me think. It is visible." in repair and tr["evidence"][0] in repair
+    # the CL judge sees the English question, M's English answer r^j and its Chinese one r_T^j [official]
+    assert "Question: " + xs[0] + "\nAnswer A (in English): Yes, it is visible.\nAnswer B (in Chinese): 可以看到。" in judge[0]
+    assert judge == [rowen.CHECK_CL.format(language="Chinese", q=x, a1=a, a2=b) for x, a, b in zip(xs, en, zh)]
+    cm = [u for m, us in script.batches for u in us if "QA pair 1" in u]
+    # the CM judge: the same question twice, with M's answer r^j, then M_V's r_V^j
+    assert cm[0].count("Question: " + xs[0]) == 2 and "Answer: Yes, it is visible.\n\n[QA pair 2]" in cm[0]
+    assert cm[0].endswith("Answer: No.\n\nYour Answer:")
+    assert cm == [rowen.CHECK_CM.format(q=x, a1=a, a2=b) for x, a, b in zip(xs, en, mv)]
+    repair = [u for m, us in script.batches for u in us if "Search results:" in u]
+    # Eq. 7: x0, t0, r0 and the whole evidence, one line each
+    assert "Search results:\n" + evidence[0] + "\n" + evidence[1] + "\n\n" in repair[0]
+    assert "reasoned: Let me think. It is visible.\nIts answer was: " + r0 + "\n" in repair[0]
+    assert repair == [rowen.REPAIR["truthfulqa"].format(question=TQA["question"], initial_long_answer="Let me think. It is visible.",
+                                                        initial_short_answer=r0, evidences="\n".join(evidence))]
     out, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA)        # the default hybrid threshold 0.5: 1.0 keeps r0
     assert out["trace"]["threshold"] == 0.5 and out["trace"]["decision"] is False
 
@@ -436,6 +471,17 @@ def test_decision_follows_z_and_the_baselines(monkeypatch, tiny):
     assert out["trace"]["decision"] is False and out["retrievals"] == 3
 
 
+def test_alpha_weights_z_cm_in_a_run(monkeypatch, tiny):
+    # Z_CL = 1/3 and Z_CM = 2/3 (test_truthfulqa_pipeline_hand_computed): alpha 0.5 gives Z = 1/3 + 0.5 * 2/3
+    # = 2/3 < 0.8, which retrieves; alpha 1 gives 1.0 >= 0.8, which keeps r0
+    out, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, threshold=0.8, alpha=0.5)
+    tr = out["trace"]
+    assert tr["alpha"] == 0.5 and tr["z"] == pytest.approx(2 / 3)
+    assert tr["decision"] is True and out["retrievals"] == 3 and out["prediction"] == "No, it is far too narrow."
+    out, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, threshold=0.8)
+    assert out["trace"]["z"] == pytest.approx(1.0) and out["trace"]["decision"] is False and out["retrievals"] == 0
+
+
 def test_call_counts_and_batch_sizes(monkeypatch, tiny):
     out, script = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, threshold=1.1)
     sizes = [(m, len(us)) for m, us in script.batches]
@@ -458,7 +504,9 @@ SQA = {"id": "s1", "question": "Could Aristotle use a telescope?", "answers": ["
 SQA_RULES = {
     "perturb": "1. Did Aristotle use a telescope?\n2. Were telescopes around for Aristotle?\n3. Aristotle telescope?",
     "M": [("Translate this sentence", lambda u: "问题" + u.split("\n")[-1][:3]),
-          ("search-engine query", lambda u: "Query: " + u.split("Question: ")[1].split("\n")[0][:9] + "\nmore"),
+          # the question's first 9 characters and a word that finds a passage of CORPUS
+          ("search-engine query", lambda u: "Query: " + u.split("Question: ")[1][:9] + " "
+           + {"Did": "Moon", "Wer": "seeds", "Ari": "town"}[u.split("Question: ")[1][:3]] + "\nmore"),
           ("Search results:", "False."),
           ("with a single word: True or False", "True"),
           ("是或否。不要解释", lambda u: {"Did": "是", "Wer": "否", "Ari": "不是"}[u.split("问题【问题")[1][:3]]),
@@ -476,7 +524,10 @@ def test_strategyqa_labels_without_judge(monkeypatch, tiny):
     assert tr["z_cl"] == pytest.approx(1 / 3) and tr["z_cm"] == pytest.approx(2 / 3)
     assert tr["decision"] is True                                           # 1.0 < 1.1
     assert not any("answer A in English" in u or "QA pair" in u for _, us in script.batches for u in us)
-    assert tr["queries"] == ["Did Arist", "Were tele", "Aristotle"]       # first line, "Query:" removed
+    assert tr["queries"] == ["Did Arist Moon", "Were tele seeds", "Aristotle town"]   # first line, "Query:" removed
+    # each passage once, labelled with the reformulated query that found it (not with the x^j)
+    assert tr["evidence"] == ["Did Arist Moon? Moon: " + CORPUS[1]["text"], "Did Arist Moon? Great Wall: " + CORPUS[0]["text"],
+                              "Were tele seeds? Watermelon: " + CORPUS[2]["text"], "Aristotle town? Alpha: " + CORPUS[3]["text"]]
     assert tr["initial_answer"] == "True" and tr["final_answer"] == "False." and out["prediction"] == "no"
     n = 3   # main: 3 + 5n + n reformulations + 1 repair; verifier 2n [spec 7]
     assert tr["calls"] == {"main": 3 + 6 * n + 1, "verifier": 2 * n}
@@ -537,8 +588,8 @@ def test_end_to_end_on_tiny_models(tiny, verifier):
             assert tr["decision"] == (tr["z"] < threshold) == tr["retrieved"] == (threshold == 10.0)
             if tr["decision"]:
                 assert out["retrievals"] == len(tr["queries"]) == len(tr["perturbed_questions"])
-                assert all(e.split("? ", 1)[0] + "?" in [q.rstrip("?") + "?" for q in tr["queries"]]
-                           for e in tr["evidence"])
+                # the random models' queries find no passage (evidence empty): the scripted tests
+                # (test_truthfulqa_pipeline_hand_computed, test_strategyqa_labels_without_judge) check the evidence
             else:
                 assert out["retrievals"] == 0 and out["prediction"] in (tr["initial_answer"], "yes", "no", "unknown")
             assert out["model_calls"] == sum(tr["calls"].values()) > 0
@@ -578,6 +629,8 @@ def test_run_name_keeps_settings_apart():
     assert name() == "rowen-hybrid"
     assert name(mode="cl", never_retrieve=True, verifier="x/y") == "rowen-cl-never"     # cl uses no verifier
     assert name(threshold=1.2, target_language="German", k=4) == "rowen-hybrid-t1.2-k4-german"
+    assert name(alpha=0.5) == "rowen-hybrid-a0.5"
+    assert name(threshold=1.2, k=4, alpha=1.5, target_language="German") == "rowen-hybrid-t1.2-k4-a1.5-german"
     assert name(mode="cm", target_language="German", verifier="org/Model-7B") == "rowen-cm-v-Model-7B"
 
 
