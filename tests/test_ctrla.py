@@ -896,3 +896,47 @@ def test_force_answers_writes_a_side_file_and_resumes(tmp_path, monkeypatch):
         with pytest.raises(common.InputError, match=says):
             ctrla.main(argv)
     assert len(loads) == 1
+
+
+def test_the_sign_compares_the_positive_prompt_with_the_negative_whatever_the_pair_order():
+    """read_features unshuffles each pair (first_pos) before the sign rule: every pair stored negative first
+    (first_pos all False); diffs first - second = -2 a_i v (a_i = 1..8), so the direction is +-v and the sign
+    must make d . (pos_i - neg_i) = sign * (d . v) * 2 a_i > 0 in all 8 pairs."""
+    v = unit(torch.tensor([1.0, -2.0, 0.5, 3.0]))
+    base = torch.randn(8, 4, generator=torch.Generator().manual_seed(0))
+    a = torch.arange(1.0, 9.0)[:, None]
+    pos, neg = base + a * v, base - a * v
+    states = torch.stack([neg, pos], dim=1).reshape(1, 16, 4)      # pair i: (neg_i, pos_i)
+    feats = ctrla.read_features(states, torch.zeros(8, dtype=torch.bool))
+    d = feats["sign"][0] * feats["direction"][0]
+    assert (((pos - neg) @ d) > 0).all()
+
+
+def test_a_segment_that_repeats_one_of_the_last_two_ends_the_answer(monkeypatch):
+    """[official] the loop stops at a segment equal to one of the last two accepted (gen[-2:]): A, B, A ends
+    after B; the third A is not appended."""
+    segments = ["Alpha is a town.", "Beta is a city.", "Alpha is a town.", "Gamma is far."]
+    run, log = scripted(monkeypatch, segments)
+    res = ctrla.solve(run, {"id": "q", "question": "Where?", "answers": ["x"], "dataset": "triviaqa"})
+    assert res["prediction"] == "Alpha is a town. Beta is a city." and len(log["prompts"]) == 3
+
+
+def test_a_word_is_flagged_when_any_of_its_characters_is_in_an_unconfident_token():
+    """flag_words: a whitespace word that overlaps an unconfident token by even one character (here its first,
+    token (0, 1) of "Paris") is flagged; the confident token (1, 5) alone flags nothing."""
+    spans = [(0, 1), (1, 5), (5, 8), (8, 12)]           # "P", "aris", " is", " big"
+    assert ctrla.flag_words("Paris is big", 0, spans, [True, False, False, False], "Where?", []) == [(0, 5)]
+    assert ctrla.flag_words("Paris is big", 0, spans, [False, True, False, False], "Where?", []) == [(0, 5)]
+    assert ctrla.flag_words("Paris is big", 0, spans, [False] * 4, "Where?", []) == []
+
+
+def test_popqa_drops_the_passages_after_each_segment(monkeypatch):
+    """[official --continue_gen_without_contents, PopQA runs only] after a triggered, regenerated segment the
+    next segment's prompt holds no passages on PopQA; on TriviaQA it keeps them."""
+    for dataset, kept in [("popqa", False), ("triviaqa", True)]:
+        segments = ["Henry Feilden is a politician.", "He was a Conservative politician.", "He died in 1895."]
+        run, log = scripted(monkeypatch, segments, unsure={segments[0]})
+        ctrla.solve(run, {"id": "q", "question": "What is Henry Feilden's occupation?", "answers": ["x"],
+                          "dataset": dataset})
+        assert len(log["prompts"]) == 4 and "Passage for" in log["prompts"][1]   # the regeneration reads them
+        assert ("Passage for" in log["prompts"][2]) == kept

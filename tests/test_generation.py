@@ -207,6 +207,9 @@ def test_prompt_helpers(tiny):
     assert common.encode(tok, "<s>ab").count(tok.bos_token_id) == 1
     text = common.chat_prompt(tok, "Hi?", system="Be brief.")    # no chat template: plain transcript
     assert text == "System: Be brief.\n\nUser: Hi?\n\nAssistant:"
+    # the transcript's reply ends where the model starts the next user turn; a chat template needs no stop
+    assert common.turn_stops(tok) == ("\nUser:",)
+    assert common.turn_stops(type("T", (), {"chat_template": "{{ messages }}"})()) == ()
 
 
 def test_prefix_reuse_gives_the_same_outputs_and_skips_the_shared_tokens(tiny):

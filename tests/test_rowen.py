@@ -323,6 +323,11 @@ def test_the_threshold_note_states_what_was_measured_and_with_which_models():
     assert "It says nothing about today's models" in doc
 
 
+def test_each_query_searches_bm25s_top_two():
+    """[official Serper parser: int(5/2) = 2 results per query] TOP_K = 2 passages for each query of Stage 3."""
+    assert rowen.TOP_K == 2
+
+
 def test_evidence_lines_format():
     hits = [[CORPUS[0], CORPUS[1]], [CORPUS[0]], [CORPUS[2]]]
     lines = rowen.evidence_lines(["Is the Wall visible?", "Wall from Moon", "Seeds??"], hits)

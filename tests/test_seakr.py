@@ -101,6 +101,9 @@ def test_choose_answer():
     ("So the answer is St. Louis, Missouri.", "St. Louis, Missouri"),
     ("So the answer is Mt. Everest. It is the highest.", "Mt. Everest"),
     ("So the answer is Paris! Really", "Paris"),
+    # quotes and markdown around the answer are not part of it (cut_answer strips " ' *)
+    ('So the answer is "Paris".', "Paris"),
+    ("So the answer is **Paris**.", "Paris"),
     # a model that runs on into a turn of its own with no space after the period (Qwen2.5-Coder-1.5B,
     # HotpotQA 5adf37a95542995ec70e8f97 and 5a85ea095542994775f606a8); a decimal point is no end
     ("So the answer is 1860.Human: Given the context, what was founded in 1860?", "1860"),
@@ -877,3 +880,56 @@ def test_settings_name_the_delta_and_layer_the_run_used(tmp_path, monkeypatch, t
     assert settings["--layer"] == seakr.default_layer(tiny_real[0]) == 1     # 4 layers: L/2 - 1
     with pytest.raises(common.InputError, match=r"made with --threshold = 3.69, this run has 2.0"):
         seakr.main(argv + ["--threshold", "2.0"])
+
+
+def test_loop_stops_after_seven_steps(real_tok, monkeypatch):
+    """[official README --max_reasoning_steps 7; spec: `if len(running_steps) >= max_reasoning_steps ...: break`]
+    certain steps (U = -7 <= delta 0) that name no answer: the 7th step ends the loop, no 8th is asked."""
+    asked = scripted(monkeypatch, real_tok, [f"Fact {i} holds. More" for i in range(1, 11)])
+    out = seakr.solve_multihop(None, real_tok, common.BM25(CORPUS), "P", "Q", seakr.Settings(delta=0.0, layer=0),
+                               seakr.Budget(0))
+    assert seakr.MAX_STEPS == 7
+    assert [st["text"] for st in out["trace"]["steps"]] == [f"Fact {i} holds" for i in range(1, 8)]
+    assert len(asked) == 7 and out["retrievals"] == 0
+
+
+def test_loop_stops_after_five_retrievals(real_tok, monkeypatch):
+    """[official --max_docs 5; spec: `... or len(docs) >= max_docs: break`] every step uncertain (U = 1 > 0),
+    each retrieval finds a new passage (- S.A. Re-rank: one candidate, U = -7): the 5th retrieval ends the
+    loop after 5 steps (< 7), no 6th step is asked."""
+    names = ["Alpha", "Beta", "Gamma", "Delta", "Epsilon", "Zeta", "Eta", "Theta"]
+    corpus = [{"id": f"p{i}", "title": n, "text": f"{n} is place number {i}."} for i, n in enumerate(names)]
+    replies, scores = [], []
+    for n in names:     # the uncertain step (its query: "<name> holds"), then its one regenerated candidate
+        replies += [f"{n} holds. More", f"Fact about {n} here. More"]
+        scores += [1.0, -7.0]
+    asked = scripted(monkeypatch, real_tok, replies, scores)
+    s = seakr.Settings(delta=0.0, layer=0, rerank=False)
+    out = seakr.solve_multihop(None, real_tok, common.BM25(corpus), "P", "Q", s, seakr.Budget(0))
+    assert seakr.MAX_DOCS == 5
+    assert out["retrievals"] == 5 and out["trace"]["passages"] == ["p0", "p1", "p2", "p3", "p4"]
+    assert [st["query"] for st in out["trace"]["steps"]] == [f"{n} holds" for n in names[:5]]
+    assert len(out["trace"]["steps"]) == 5 and len(asked) == 10
+
+
+def test_query_keeps_a_word_at_exactly_p_0_9(real_tok):
+    """[spec: keep a word if u = max(1 - p) <= prob_threshold 0.1, i.e. every token has p >= 0.9] a word whose
+    tokens have p = 0.9 exactly is sure and stays; one at p = 0.3 is dropped."""
+    gen = step_generation(real_tok, "Edward Cahn died in Paris", ["Paris"])
+    at_edge = [math.log(0.9) if lp == math.log(0.95) else lp for lp in gen.logprobs]   # exp(log 0.9) == 0.9
+    gen = common.Generation(gen.text, gen.token_ids, at_edge, gen.finish)
+    assert seakr.query_from_step(real_tok, gen, gen.text.strip(), "Who?", "") == "Edward Cahn died"
+
+
+def test_simple_qa_tries_bm25s_top_ten(real_tok, monkeypatch):
+    """Simple QA [official eval_singlehop.ipynb: the DPR top 10; SIMPLE_QA_N = 10], not the multi-hop N = 3:
+    12 passages match the question, the first 10 are each tried alone; U of the 10th (-9) is the lowest."""
+    corpus = [{"id": f"p{i}", "title": f"Place {i}", "text": f"Omega visited place number {i}."} for i in range(12)]
+    scores = [1.0] + [-5.0] * 9 + [-9.0]          # direct answer uncertain (1 > 0), then 10 candidates
+    asked = scripted(monkeypatch, real_tok, [f"So the answer is City {i}.\n" for i in range(11)], scores)
+    out = seakr.solve_simple(None, real_tok, common.BM25(corpus), "P", "Where did Omega go?",
+                             seakr.Settings(delta=0.0, layer=0), seakr.Budget(0))
+    cands = out["trace"]["candidates"]
+    assert seakr.SIMPLE_QA_N == 10 and len(cands) == 10 and len(asked) == 11 and out["retrievals"] == 1
+    assert [c["id"] for c in cands] == [h["id"] for h in common.BM25(corpus).search("Where did Omega go?", 10)]
+    assert out["trace"]["chosen"] == cands[9]["id"] and out["prediction"] == "City 10"
