@@ -1,5 +1,6 @@
 """Shared fixtures, all built offline: a tiny random LLaMA, a character-level toy tokenizer, and the two
 tokenizer kinds users run (LLaMA-style SentencePiece with byte fallback, and byte-level BPE)."""
+import contextlib
 import string
 import sys
 from pathlib import Path
@@ -40,6 +41,21 @@ def make_model(vocab_size, seed=0, layers=4):
     import common
     common.use_grouped_attention(model)      # as load_model does
     return model
+
+
+@pytest.fixture
+def fed_tokens():
+    """fed_tokens(model): a context in which each forward pass of `model` appends the number of positions
+    it feeds (a hook on its input embedding) to the list it yields; a prefill feeds more than one."""
+    @contextlib.contextmanager
+    def watch(model):
+        fed = []
+        handle = model.get_input_embeddings().register_forward_hook(lambda m, args, out: fed.append(args[0].shape[-1]))
+        try:
+            yield fed
+        finally:
+            handle.remove()
+    return watch
 
 
 @pytest.fixture(scope="session")

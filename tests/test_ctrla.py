@@ -1,7 +1,6 @@
 """CtrlA: the math on hand-made tensors; hooks, monitoring and the loop on tiny random models; refusal
 handling on a scripted model."""
 import argparse
-import contextlib
 import copy
 import itertools
 import json
@@ -246,18 +245,7 @@ def test_monitoring_decision():
         assert torch.equal(ctrla.unconfident(ctrla.clamp_outliers(c * s)), ctrla.unconfident(clamped))
 
 
-@contextlib.contextmanager
-def fed_tokens(model):
-    """The number of tokens each forward pass feeds the model (a hook on its embedding, embed_tokens)."""
-    fed = []
-    handle = model.get_input_embeddings().register_forward_hook(lambda m, args, out: fed.append(args[0].shape[-1]))
-    try:
-        yield fed
-    finally:
-        handle.remove()
-
-
-def test_monitor_reuses_the_shared_prefix(tiny):
+def test_monitor_reuses_the_shared_prefix(tiny, fed_tokens):
     model, tok = tiny
     run = ctrla.Run(model, tok, {"confidence": random_features(4, 32)}, None,
                     ctrla.Settings(monitor=(-1, -2, -3)))
@@ -348,7 +336,7 @@ def test_multihop_takes_the_top_three_in_total():
     assert [d["id"] for d in ctrla.search(run, ["q"], "short")] == list("ABCDE")
 
 
-def test_monitor_crop_is_right_on_any_version(tiny, monkeypatch):
+def test_monitor_crop_is_right_on_any_version(tiny, monkeypatch, fed_tokens):
     """transformers 4.x reads crop(n) as "keep n tokens" (n < 0: drop -n); a cache that must keep every
     token must not be cropped to 0."""
     from transformers import DynamicCache

@@ -59,23 +59,13 @@ def test_batched_greedy_equals_one_by_one(tiny):
         assert (b.text, b.token_ids, b.finish) == (one.text, one.token_ids, one.finish)
 
 
-def count_prefills(model):
-    """Count forward passes whose input has more than one position (a prefill, not a decode step)."""
-    calls = []
-    h = model.model.embed_tokens.register_forward_hook(
-        lambda m, i, o: calls.append(i[0].shape[1]) if i[0].shape[1] > 1 else None)
-    return calls, h
-
-
-def test_sampling_prefills_once_and_follows_the_model_distribution(tiny):
+def test_sampling_prefills_once_and_follows_the_model_distribution(tiny, fed_tokens):
     model, tok = tiny
     prompt = "Hello there"
-    calls, h = count_prefills(model)
-    try:
+    with fed_tokens(model) as fed:
         samples = common.sample(model, tok, prompt, k=12, max_new_tokens=6, seed=1)
-    finally:
-        h.remove()
-    assert calls == [len(common.encode(tok, prompt))]      # the prompt went through the model once
+    prefills = [n for n in fed if n > 1]                    # passes of more than one position (not decode steps)
+    assert prefills == [len(common.encode(tok, prompt))]   # the prompt went through the model once
     ids = common.encode(tok, prompt)
     for s in samples:                                       # each row's tokens are scored as conditionals
         lp = full_logprobs(model, ids + s.token_ids)

@@ -10,7 +10,6 @@ import torch
 import common
 import retrieval
 import seakr
-from test_generation import count_prefills
 
 
 def test_eigen_score_hand_computed():
@@ -432,18 +431,16 @@ def test_default_layer_is_middle():
     assert seakr.default_layer(M()) == 14
 
 
-def test_call_scores_samples_with_one_prefill(tiny, monkeypatch):
+def test_call_scores_samples_with_one_prefill(tiny, monkeypatch, fed_tokens):
     model, tok = tiny
     s = seakr.Settings(delta=0.0, layer=1, k=5)
     budget = seakr.Budget(seed=3)
     # no prefix cache: any other decode of the prompt would feed all of it again (with the cache, only
-    # its last token, which count_prefills does not count)
+    # its last token, a pass of one position, not counted as a prefill)
     monkeypatch.setattr(common, "REUSE_PREFIX", False)
-    prefills, h = count_prefills(model)
-    try:
+    with fed_tokens(model) as fed:
         c = seakr.call(model, tok, "Question: ab\nAnswer:", ("\n",), s, budget)
-    finally:
-        h.remove()
+    prefills = [n for n in fed if n > 1]
     # BOS + 20 characters, one token each: the greedy step and the 5 samples share one prefill
     assert prefills == [21] == [len(common.encode(tok, "Question: ab\nAnswer:"))]
     assert budget.calls == 1 and 0 < c.samples <= 5
