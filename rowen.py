@@ -777,7 +777,7 @@ def main(argv=None):
               "(paper: M_V is another model; --verifier picks one)", file=sys.stderr)
     print(f"M (main model): {args.model}; " + (f"M_V (verifier): {args.verifier}" if args.mode != "cl"
           else "no verifier (--mode cl)"), file=sys.stderr)
-    if args.threshold is None and args.mode == "hybrid" and (args.model, args.verifier) in CALIBRATED:
+    if args.threshold is None and threshold != THRESHOLDS[args.mode]:     # default_threshold read CALIBRATED
         print(f"hybrid threshold {threshold:g}: calibrated for M {args.model} with M_V {args.verifier} "
               "(rowen.CALIBRATED; the official default is 0.5)", file=sys.stderr)
     main_lm = common.load_model(args.model, args.dtype, args.device)
