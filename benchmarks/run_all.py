@@ -416,6 +416,20 @@ def plot_metric(rows) -> tuple[str, str] | None:
     return next((m for m in PLOT_METRICS if all(m[0] in s for _, _, _, s, _ in rows)), None)
 
 
+def point_labels(sweep, others, default: str) -> list[tuple[float, float, str, bool]]:
+    """The plot's labels of one method's points, (x, y, name) each: (x, y, text, above). The default run and
+    the baselines are named above their point, the sweep's thresholds below it ("Z 0.92", "δ 0.41"); runs
+    at the same point and side share one label, their names joined by ", " (printed one over another,
+    they were unreadable)."""
+    names = {}
+    for x, y, name in sweep + others:
+        short = name.replace("seakr-", "").replace("ctrla-", "").replace("rowen-", "")
+        above = name == default or (x, y, name) in others
+        names.setdefault((x, y, above), []).append(
+            short if above else short.replace("delta", "δ ").replace("tau", "τ ").replace("hybrid-t", "Z "))
+    return [(x, y, ", ".join(shorts), above) for (x, y, above), shorts in names.items()]
+
+
 def plot(rows, out: Path, title: str) -> Path | None:
     """The task's metric against retrieval rate, into OUT/<metric>_vs_retrieval.png (f1_vs_retrieval.png for
     short-answer QA): per method, a line through its threshold runs in order of retrieval rate, and its
@@ -451,13 +465,9 @@ def plot(rows, out: Path, title: str) -> Path | None:
         if others:
             ax.plot([p[0] for p in others], [p[1] for p in others], "s", color=color, alpha=0.8, linestyle="none",
                     label=f"{method}'s baselines" if sweep else method)
-        for x, y, name in sweep + others:
-            short = name.replace("seakr-", "").replace("ctrla-", "").replace("rowen-", "")
-            if name == default or (x, y, name) in others:
-                ax.annotate(short, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
-            else:   # a threshold of the sweep, below its point
-                ax.annotate(short.replace("delta", "δ ").replace("tau", "τ ").replace("hybrid-t", "Z "), (x, y),
-                            textcoords="offset points", xytext=(4, -10), fontsize=7, color=color)
+        for x, y, text, above in point_labels(sweep, others, default):
+            ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 4 if above else -10),
+                        fontsize=7, color=color)
         for x, y, name in sweep:
             if name == star:   # the run at the method's default threshold
                 ax.plot([x], [y], "*", color=color, markersize=14)
@@ -469,6 +479,7 @@ def plot(rows, out: Path, title: str) -> Path | None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
     return path
 
 

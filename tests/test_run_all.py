@@ -211,6 +211,21 @@ def test_the_plot_shows_the_tasks_own_metric(tmp_path):
     assert always["acc"] == 0.5          # "Yes" is right on the first question, wrong on the second
 
 
+def test_runs_at_one_point_of_the_plot_share_one_label():
+    # StrategyQA's Rowen at Z 1 and at its own rate's 0.92 both retrieve on 14% at 46.0: their two labels
+    # were printed one over the other
+    sweep = [(0.0, 40.0, "rowen-hybrid-t0.5"), (14.0, 46.0, "rowen-hybrid-t1"), (14.0, 46.0, "rowen-hybrid-t0.92"),
+             (40.0, 46.0, "rowen-hybrid")]
+    others = [(0.0, 46.0, "rowen-never"), (100.0, 46.0, "rowen-hybrid-always")]
+    assert run_all.point_labels(sweep, others, "rowen-hybrid") == [
+        (0.0, 40.0, "Z 0.5", False), (14.0, 46.0, "Z 1, Z 0.92", False), (40.0, 46.0, "hybrid", True),
+        (0.0, 46.0, "never", True), (100.0, 46.0, "hybrid-always", True)]
+    # a baseline above and a threshold below the same point keep a label each; SeaKR's and CtrlA's names
+    assert run_all.point_labels([(5.0, 20.0, "seakr-delta0.41"), (60.0, 30.0, "seakr")], [(5.0, 20.0, "cot")], "seakr") == [
+        (5.0, 20.0, "δ 0.41", False), (60.0, 30.0, "seakr", True), (5.0, 20.0, "cot", True)]
+    assert run_all.point_labels([(9.0, 1.0, "ctrla-tau2.5")], [], "ctrla") == [(9.0, 1.0, "τ 2.5", False)]
+
+
 def test_table_reads_seakr_answers_again(tmp_path):
     # a run made before the run-on cut: "Paris.Human: ..." is read as "Paris" (EM 1), the run file unchanged
     write(tmp_path / "ircot.jsonl", [qa("1", "Paris.Human: Given the context, what is", 1), qa("2", "Rome", 1)])
