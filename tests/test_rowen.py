@@ -327,8 +327,9 @@ def test_each_query_searches_bm25s_top_two(monkeypatch, tiny):
     """[official Serper parser: int(5/2) = 2 results per query] TOP_K = 2 passages for each query of Stage 3:
     the constant, and the k that each of Stage 3's searches is given."""
     assert rowen.TOP_K == 2
-    asked, search = [], type(common.BM25(CORPUS)).search
-    monkeypatch.setattr(type(common.BM25(CORPUS)), "search", lambda self, q, k: asked.append((q, k)) or search(self, q, k))
+    asked, index = [], type(common.BM25(CORPUS))      # the class common.BM25 builds
+    search = index.search
+    monkeypatch.setattr(index, "search", lambda self, q, k: asked.append((q, k)) or search(self, q, k))
     out, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, threshold=10.0)      # Z < 10: retrieves
     xs = ["Is the Great Wall visible from the Moon?", "Wall from Moon?", "Moon view of the Wall?"]
     assert out["trace"]["queries"] == xs and asked == [(x, 2) for x in xs]        # one search per query, k = 2
