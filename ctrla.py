@@ -14,7 +14,7 @@ The method in five lines:
 Paper: Huanshuo Liu et al., "CtrlA: Adaptive Retrieval-Augmented Generation via Inherent Control"
 (arXiv 2405.18727; read here in its anonymous ICLR 2025 submission). Official code: HSLiu-Initial/CtrlA.
 
-Follows the paper's intent and the official code's concrete values (shared/specs/ctrla.md).
+Follows the paper's intent and the official code's concrete values (HSLiu-Initial/CtrlA).
 Follows the official code where it differs from the paper in:
 - the score (Eq. 2): the paper's m_kl = r_kl . v_l, scaled over the tokens so far ([m_0 .. m_k],
   causal), during generation; here, as official, m_kl = sign_l * (h_kl - mu_l) . d_l, centred on mu_l,
@@ -64,6 +64,10 @@ Differs from the official code in:
   "the answer is" or 128 tokens; the top 3 passages in total (paper C.5), taken rank by rank across
   [question, TVQ query]; a chain that names no answer gets DRAGIN's evaluation's forced answer
   (force_answer); FreshQA does not retrieve before generating (as Alg. 1 / 3; official does);
+- multi-hop answers are read after "the answer is" in any case, up to a line break (DRAGIN: lower
+  case only, to the end): EM/F1 differ on 1 of 50 CtrlA, 2 of 50 never-retrieve HotpotQA questions;
+- an answer ends at an EOS after a segment with no sentence end (official: asks again, stops only on
+  an empty continuation; not measured);
 - sentences are split by a rule (., ! or ? before whitespace, not after an initial, a list number or a
   known abbreviation; or a newline), not by spaCy; decoding stops at the first sentence end instead of
   decoding 64 tokens and discarding all but the first sentence (the same text, greedy: a pause at a
@@ -79,10 +83,9 @@ Differs from the official code in:
   a newline; official: always " "); the segment's tokens are those whose characters reach into it
   (official: the last len(tokenize(segment)) tokens), each mapped to the whitespace words it overlaps;
 - new information: spaCy's English stop list (326 words) is read from data/ctrla_stop_words.txt
-  (spaCy itself is not a dependency), matched as official (the cleaned, lower-cased word); cleaning
-  removes Unicode punctuation ("—") as well as ASCII's, and a word without a letter or digit never
-  triggers (official: "--" cleans to "" and "—" stays a word, and both trigger); masked words leave the
-  CAQ query (official: " ");
+  (spaCy itself is not a dependency); words are cleaned and matched as official ("'relevant'" is "re",
+  a stop word), but a word without a letter or digit never triggers (official: "--" cleans to "" and
+  "—" stays a word, and both trigger); masked words leave the CAQ query (official: " ");
 - the refusal detector is the official phrase list plus "I don't know" / "I'm not sure" (official:
   not caught);
 - a rewrite after a refusal keeps the question as the first query and rewrites the generated one
@@ -106,7 +109,6 @@ import re
 import string
 import sys
 import time
-import unicodedata
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -415,8 +417,9 @@ def steering(model, feats: dict, keys, lam: float):
 # Refusals: the official detector's phrases (utils.sentence_matches_pattern), each narrow enough not to
 # match an ordinary fact ("Penguins do not have teeth.", "He was unable to attend."), plus two of ours
 # that the official list misses ("I don't know", "I'm not sure", said by the model of itself).
-# Case-insensitive, on word boundaries [official]. subtle: "unknown" and "unclear" match anywhere
-# ("The cause is unknown."), as official.
+# Case-insensitive, on word boundaries, on the text as written [official]. subtle: "unknown" and
+# "unclear" match anywhere ("The cause is unknown."), and a curly apostrophe matches no phrase ("I don’t
+# have information."), as official (HSLiu-Initial/CtrlA, code/model/utils.py:150-188).
 REFUSALS = [
     "not specified", "not mentioned", "don't have information", "do not know", "please provide more context",
     "is not clear", "cannot confirm", "no information", "no details", "unknown", "unspecified", "unclear",
@@ -453,7 +456,9 @@ SENTENCE_STOPS = (". ", "? ", "! ", ".\n", "?\n", "!\n")
 # "the answer is" in any case (divergence: DRAGIN's evaluation tests the lower-case words only, so a chain
 # that says only "The answer is no." gets a forced answer there; here it has named its answer)
 _ANSWER_IS = re.compile(r"the answer is\s*:?\s*(.*)", re.IGNORECASE | re.DOTALL)
-_CONTRACTION = r"n't\b|'(?:s|t|re|ve|m|d|ll)\b"
+# The official contraction marks (HSLiu-Initial/CtrlA, code/model/utils.py:195-197): case-sensitive,
+# the ASCII apostrophe only, and no word boundary, so a quoted word splits too ("'relevant'" at "'re")
+_CONTRACTION = re.compile(r"('s|'t|'re|'ve|'m|'d|'ll|n't)")
 _ASCII_PUNCT = str.maketrans("", "", string.punctuation)
 
 
@@ -468,23 +473,29 @@ def stop_words() -> frozenset:
     return frozenset(w for w in lines if w and not w.startswith("#"))
 
 
+def word_parts(word: str) -> list[str]:
+    """[official split_contractions] a word cut at each contraction mark, the marks kept as parts."""
+    return [p for p in _CONTRACTION.split(word) if p]
+
+
 def clean_word(word: str) -> str:
-    """[official] the part before a contraction ('s, n't, ...), punctuation removed, lowercased.
-    subtle: punctuation is any Unicode punctuation ("—", "“") as well as ASCII's (official: ASCII only,
-    so "—" stays a word, new information that triggers retrieval)."""
-    word = re.split(_CONTRACTION, word.replace("\u2019", "'"), maxsplit=1)[0]
-    word = word.translate(_ASCII_PUNCT)
-    return "".join(c for c in word if not unicodedata.category(c).startswith("P")).lower()
+    """[official adaptive_retrieve, HSLiu-Initial/CtrlA code/model/adaptive_retrieval.py:279-286] the
+    word's first part, ASCII punctuation removed, lowercased: "Feilden's" -> "feilden", "don't" -> "do".
+    subtle: the marks split anywhere, so "'relevant'" -> "re" (a stop word: never new information);
+    "it’s" (curly) stays "it’s" and "“Politician”" keeps its quotes, as official."""
+    parts = word_parts(word)
+    return parts[0].translate(_ASCII_PUNCT).lower() if parts else ""
 
 
 def word_set(text: str) -> set[str]:
-    """[official process_sentence] the cleaned words and contraction parts of a text."""
-    return {w for w in map(clean_word, re.split(r"\s+|" + _CONTRACTION, text.replace("\u2019", "'"))) if w}
+    """[official process_sentence] every part of every whitespace word, the contraction marks included,
+    each cleaned as in clean_word: "Feilden's don't" -> {"feilden", "s", "do", "nt"}."""
+    return {p.translate(_ASCII_PUNCT).lower() for word in text.split() for p in word_parts(word)}
 
 
 def is_new_information(word: str, question: str, previous: list[str]) -> bool:
-    """Spec fact 8: the cleaned word has a letter or digit (official: any, even "" from "--"), is not a
-    question word, not one of spaCy's stop words and not a word of an earlier accepted sentence."""
+    """[official adaptive_retrieve] the cleaned word has a letter or digit (official: any, even "" from "--" or "—"), is
+    not a question word, not one of spaCy's stop words and not a word of an earlier accepted sentence."""
     w = clean_word(word)
     return (any(c.isalnum() for c in w) and w not in stop_words() and w not in word_set(question)
             and w not in word_set(" ".join(previous)))
@@ -502,7 +513,7 @@ def flag_words(segment: str, start: int, spans, unconf, question: str, previous:
 
 def is_refusal(text: str) -> bool:
     """f_d (App. B.3.1): the segment refuses or declares missing information."""
-    return bool(_REFUSAL.search(text.replace("\u2019", "'")))
+    return bool(_REFUSAL.search(text))
 
 
 def caq_query(question: str, segment: str, flagged) -> str:

@@ -55,6 +55,36 @@ def _as_list(golds):
     return [golds] if isinstance(golds, str) else list(golds)
 
 
+# ---------------------------------------------------------------- reading an answer (SeaKR, its baselines)
+
+# THU-KEG/SeaKR, SEAKR/reasoner.py:333-345 (_check_final_answer; main_simpleqa.py:10-20 the same)
+_ANSWER_IS = re.compile(r"the answer is(?:\s*:\s*)?(.*?)[,.]", re.IGNORECASE | re.DOTALL)
+_IS_THE_ANSWER = re.compile(r"[.?!]\s*([^?!]*?)\s+is the answer\b", re.IGNORECASE | re.DOTALL)
+
+
+def read_answer(text):
+    """The answer a text names, read as SeaKR's official code reads it (reasoner.py _check_final_answer):
+    after "the answer is" up to the first comma or period ("So the answer is August 25, 1963." ->
+    "August 25", "So the answer is Mumbai, India." -> "Mumbai"); else the words before "is the answer"
+    that follow a sentence end ("I think. Rome is the answer" -> "Rome"); None when neither is there
+    ("So the answer is Paris" with no period after it). The reading of every SeaKR-family answer and of
+    the tables' common column. Differs from the official function in two ways that change no score: the
+    case is kept (official: lowercased; EM and F1 lowercase anyway), and an empty answer is None
+    (official: "", which its loop also treats as no answer, but read_all_docs keeps)."""
+    if not text:
+        return None
+    m = _ANSWER_IS.search(text) or _IS_THE_ANSWER.search(text)
+    return (m.group(1).strip() or None) if m else None
+
+
+def common_reading(prediction):
+    """A prediction read again under read_answer's rule: cut at its first comma or period ("Mumbai, India"
+    -> "Mumbai"; "" stays ""). The tables' one rule across methods, and the SeaKR-family runs made before the
+    official reading: for an answer read from "... the answer is X" it gives what read_answer gives that
+    text wherever X was followed by a period there or holds a comma or period."""
+    return read_answer("the answer is " + (prediction or "") + ".") or ""
+
+
 # ---------------------------------------------------------------- EM / F1 (SeaKR, DRAGIN)
 
 def normalize_answer(s):

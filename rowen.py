@@ -21,8 +21,8 @@ Qwen); the default VERIFIER is SmolLM2-135M-Instruct. A model without a chat tem
 turns as a plain "User:/Assistant:" transcript (common.chat_prompt), which a base model continues poorly
 (Gemma-3-270M as M_V began 202 of 225 answers with "I am"/"I'm" in results/hotpotqa50).
 
-Follows the paper's intent, its prompts (Tables 1-3) and the official code's concrete values
-(shared/specs/rowen.md); the other prompts are ours, written for the same purpose.
+Follows the paper's intent, its prompts (Tables 1-3) and the official code's concrete values and repair
+prompt (dhx20150812/Rowen); the other prompts are ours, written for the same purpose.
 Differs from the official code in:
 - models are local Hugging Face models (MODEL and VERIFIER below) instead of gpt-3.5-turbo-0613 and
   qwen-max; BM25 over a local corpus stands in for the Serper web search, its top 2 per query for
@@ -43,8 +43,9 @@ Differs from the official code in:
 - StrategyQA compares labels without a judge, as the official code does, but with the same reader in
   both languages (official `is_supported_zh` reads "否，不是" as True); unreadable labels never agree;
 - thresholds: 0.6 CL and 0.8 CM (paper 5.4; official 0.5 everywhere); hybrid 0.5, the official default,
-  as the paper gives none, or an (M, M_V) pair's own, calibrated to the paper's retrieval rate (see
-  default_threshold);
+  as the paper gives none, or a task and (M, M_V) pair's own, calibrated to the paper's retrieval rate for
+  the task (see default_threshold);
+- CALIBRATED is in-sample: read from the Z (no answer) of the 50 questions it is reported on, per task;
 - answers are cleaned (clean_answer): a leading label echoed from the prompt ("Your Short Answer:",
   "**Answer:**", "你的简短回答：") is stripped, and short answers, labels, translations and queries keep
   their first line that does not introduce the answer ("Here is the translation:", "..., the answer is:")
@@ -56,11 +57,13 @@ Differs from the official code in:
   on an error (official StrategyQA: try/except: pass); the perturbed questions are translated in the
   target language given (official: Chinese hard-coded);
 - prompts outside the paper's Tables 1-3 are our own wording (StrategyQA reasoning, short answers,
-  translation, query reformulation, repair, and every target-language prompt); our own prompts end in
-  an instruction, not in an answer label the model could copy, and the repair prompt restates the
-  question last; NQ, TriviaQA, HotpotQA and 2WikiMultihopQA (paper Table 6 has NQ and TriviaQA, with no
-  official runner) use the TruthfulQA chain of thought and ask for a short answer of a few words, in the
-  target language too (answer_prompts);
+  translation, query reformulation, and every target-language prompt); our own prompts end in an
+  instruction, not in an answer label the model could copy; NQ, TriviaQA, HotpotQA and 2WikiMultihopQA
+  (paper Table 6 has NQ and TriviaQA, with no official runner) use the TruthfulQA chain of thought and
+  ask for a short answer of a few words, in the target language too (answer_prompts);
+- results/ repaired with ours (--repair-prompt correct: r0 "may be wrong"); the default: official (QA: ours);
+- results/ judged CM pairs in our layout ("[QA pair 1]", "Your Answer:"), now the official one; not measured;
+- StrategyQA reasons with our StrategyQA prompt in every target language (paper and results/: Chinese only);
 - the official prompts' typos ("Answwer B", "PERTERBATIONS") are not kept, and the CL judge's prompt
   names the target language given (official: "Chinese" written in);
 - --never-retrieve / --always-retrieve still run the detection, so the trace shows what Z decided;
@@ -92,13 +95,17 @@ THRESHOLDS = {"cl": 0.6,     # retrieve iff Z < threshold [paper 5.4, Fig. 4(a):
               "hybrid": 0.5}  # on Z in [0, 1 + alpha]; the paper gives none [official --threshold 0.5]
 PAPER_RATES = {"truthfulqa": 0.23,   # share of questions Rowen-Hybrid retrieves for [paper Table 5, Ratio:
                "strategyqa": 0.20}   # GPT-3.5 with Qwen-max]; the target of threshold_for_rate
-# The hybrid threshold of an (M, M_V) pair calibrated on its own Z (default_threshold), with its command
+# The hybrid threshold of a task and an (M, M_V) pair, calibrated on its own Z at the task's PAPER_RATES
+# (default_threshold; no answer read), with the command that prints it: `python rowen.py --modes-from FILE`.
+# subtle: each value is in-sample: read from the Z of the same 50 questions its results report.
 CALIBRATED = {
-    # Z over TruthfulQA's first 50 (--never-retrieve; results/truthfulqa50-qwen2.5-coder-1.5b/, the baseline
-    # table's item 4) at the paper's TruthfulQA rate; no answer read: `python rowen.py --modes-from
-    # results/truthfulqa50-qwen2.5-coder-1.5b/rowen-hybrid-never.jsonl` prints it
-    ("qwen2.5-coder-1.5b", "smollm2-135m"): 1.25,
+    # TruthfulQA's first 50, --never-retrieve: 20% retrieve (results/truthfulqa50-qwen2.5-coder-1.5b/)
+    ("truthfulqa", "qwen2.5-coder-1.5b", "smollm2-135m"): 1.25,
+    # StrategyQA's first 50, --never-retrieve: 14%, the candidate nearest 20% (1.08 gives 30%;
+    # results/strategyqa50-qwen2.5-coder-1.5b/); TruthfulQA's 1.25 would retrieve on 40% of them
+    ("strategyqa", "qwen2.5-coder-1.5b", "smollm2-135m"): 0.92,
 }
+REPAIR_PROMPT = "official"   # Stage 3's prompt: "official" (the official templates) or "correct" (ours) [official]
 TOP_K = 2                    # passages per search query [official Serper parser keeps int(5/2) = 2]
 TARGET_LANGUAGE = "Chinese"  # [paper 4.3: English -> Chinese; Table 7 also German and French]
 MODEL = "qwen2.5-coder-0.5b"  # M: must answer in the target language, so a Qwen chat model, the smaller
@@ -141,10 +148,9 @@ FINAL = {  # Stage 1, second turn: the short answer (the TruthfulQA one shows no
 PERTURB = "For the question [ORIGINAL QUESTION], please provide {k} semantically equivalent questions.\nORIGINAL QUESTION: {question}"
 TRANSLATE = "Translate this sentence into {language}. Reply with the translation only:\n{text}"  # ours
 CHECK_CL = "Given the question Q, and two potential answers: answer A in English and answer B in {language}. Your task is to determine if the content and meaning of A and B are equivalent in the context of answering Q. Consider linguistic nuances, cultural variations, and the overall conveyance of information. Respond with a binary classification. If A and B are equivalent, output 'True.', otherwise output 'False'\n\nQuestion: {q}\nAnswer A (in English): {a1}\nAnswer B (in {language}): {a2}\nYour response (True or False):"
-# Table 3's instruction; the layout of the two pairs is ours (official: "explanation. " then "The first QA
-# pair is:" / "The second QA pair is:" before each pair and "Your Guess (True or False):" to close; here
-# "[QA pair 1]" / "[QA pair 2]" and "Your Answer:")
-CHECK_CM = "Are the following two Question-Answer(QA) pairs semantically equivalent? Provide your best guess that it is correct (True or False). Given ONLY the guess (True or False), no other words or explanation.\n\n[QA pair 1]\nQuestion: {q}\nAnswer: {a1}\n\n[QA pair 2]\nQuestion: {q}\nAnswer: {a2}\n\nYour Answer:"
+# Table 3's instruction in the official layout, verbatim, its space after "explanation." included
+# (dhx20150812/Rowen, prompt_template.py:37-47)
+CHECK_CM = "Are the following two Question-Answer(QA) pairs semantically equivalent? Provide your best guess that it is correct (True or False). Given ONLY the guess (True or False), no other words or explanation. \n\nThe first QA pair is:\nQuestion: {q}\nAnswer: {a1}\n\nThe second QA pair is:\nQuestion: {q}\nAnswer: {a2}\n\nYour Guess (True or False):"
 REFORMULATE = """Question: {question}
 
 Turn this question into a short search-engine query: keep only the key names and terms it needs to be answered, drop everything else. Reply with the query only."""  # ours
@@ -159,10 +165,30 @@ That answer may be wrong. Check it against the search results and correct it whe
 
 Question: {question}
 """  # ours, the inputs of Eq. 7
-REPAIR = {  # Stage 3 (Eq. 7)
-    "truthfulqa": _REPAIR + "Answer the question in one short, accurate sentence.",
-    "strategyqa": _REPAIR + "Answer the question with True or False only, no explanation.",
-    "qa": _REPAIR + "Answer the question in a few words (a name, a date, a number, yes or no), with no explanation.",
+# The official repair templates, verbatim (dhx20150812/Rowen, prompt_template.py:49-58 TruthfulQA, 155-166
+# StrategyQA): they list x0, t0, r0 and E and ask for an answer "maintaining coherence with the previous
+# discussion points". Short-answer QA has no official one: StrategyQA's, asking for a few words (ours).
+_OFFICIAL = """You are an advanced AI with the ability to process and synthesize information efficiently. When provided with a question, you should consider the following in your response:
+
+1. The specific question asked: {{question}}
+2. The reasoning process: {{initial_long_answer}}
+3. The short answer previously given related to the question: {{initial_short_answer}}
+4. Evidences that have been retrieved: {{evidences}}
+
+Use this information to {verb} a concise, accurate, and relevant answer that reflects the latest understanding of the topic based on the input provided. Your response should be clear, direct, and provide the most up-to-date information available while maintaining coherence with the previous discussion points.
+
+"""
+REPAIR = {  # Stage 3 (Eq. 7), by --repair-prompt
+    "official": {
+        "truthfulqa": _OFFICIAL.format(verb="generate") + "Please provide your revised short response:",
+        "strategyqa": _OFFICIAL.format(verb="provide") + "You must directly answer the above question with True or False, and do not involve any other explanations.\n\nYour final answer (True or False):",
+        "qa": _OFFICIAL.format(verb="provide") + "You must directly answer the above question in a few words (a name, a date, a number, yes or no), and do not involve any other explanations.\n\nYour final answer:",
+    },
+    "correct": {  # ours: says r0 may be wrong and asks to correct it (paper 3.3: "identify and correct inaccuracies")
+        "truthfulqa": _REPAIR + "Answer the question in one short, accurate sentence.",
+        "strategyqa": _REPAIR + "Answer the question with True or False only, no explanation.",
+        "qa": _REPAIR + "Answer the question in a few words (a name, a date, a number, yes or no), with no explanation.",
+    },
 }
 # Target-language prompts, all ours: Chinese (the paper's target) and Table 7's others; "cot" renders
 # Table 1, the others render our English prompts.
@@ -179,24 +205,25 @@ TARGET = {
     "German": {
         "cot": "Wenn du meine Frage beantwortest, prüfe bitte zuerst, ob die Informationen oder Annahmen, auf denen die Frage beruht, zutreffen. Sobald du ihre Richtigkeit oder Existenz festgestellt hast, gib eine ausführliche Erklärung oder Antwort. Stelle Genauigkeit und Faktenprüfung vor Ausführungen oder Vermutungen.\n\nMeine Frage: {question}\n\nDeine Antwort:",
         "final": "Beantworte meine Frage auf Grundlage der obigen Überlegungen kurz und direkt in einem Satz, ohne zusätzliche Details.",
+        "cot_yn": "Denke Schritt für Schritt über diese Ja/Nein-Frage nach.\n\nFrage: {question}\n\nNenne zuerst die Fakten, von denen die Frage abhängt, auch die, die sie stillschweigend voraussetzt. Zerlege sie in kleinere Fragen und beantworte jede aus deinem Wissen. Verbinde die Teilantworten durch sorgfältiges Schlussfolgern, prüfe das Ergebnis an den Fakten und schließe mit einem klaren, eindeutigen Urteil.\n\nDeine Überlegung und dein Urteil:",
         "final_yn": "Beantworte die Frage „{question}“ auf Grundlage der obigen Überlegungen mit einem einzigen Wort: Ja oder Nein. Gib keine Erklärung.",
         "final_qa": "Gib auf Grundlage der obigen Überlegungen die Antwort auf die Frage in wenigen Worten (ein Name, ein Datum, eine Zahl, ja oder nein), ohne Erklärung.",
     },
     "French": {
         "cot": "Lorsque tu réponds à ma question, évalue d'abord la validité des informations ou de l'hypothèse sur lesquelles elle repose. Une fois leur véracité ou leur existence établie, donne une explication ou une réponse détaillée. Privilégie l'exactitude et la vérification des faits avant de développer ou de faire des conjectures.\n\nMa question : {question}\n\nTa réponse :",
         "final": "À partir du raisonnement ci-dessus, donne la réponse à ma question brièvement et directement, en une phrase, sans détails superflus.",
+        "cot_yn": "Réfléchis étape par étape à cette question fermée.\n\nQuestion : {question}\n\nNomme d'abord les faits dont dépend la question, y compris ceux qu'elle tient pour acquis. Décompose-la en questions plus petites et réponds à chacune d'après tes connaissances. Relie les réponses partielles par un raisonnement rigoureux, vérifie la conclusion au regard des faits et termine par un verdict clair et sans ambiguïté.\n\nTon raisonnement et ton verdict :",
         "final_yn": "À partir du raisonnement ci-dessus, réponds à la question « {question} » par un seul mot : oui ou non. Ne donne pas d'explication.",
         "final_qa": "À partir du raisonnement ci-dessus, donne la réponse à la question en quelques mots (un nom, une date, un nombre, oui ou non), sans explication.",
     },
     "Japanese": {
         "cot": "私の質問に答えるときは、まず質問の前提となっている情報や仮定が正しいかどうかを評価してください。それが真実である、または存在することを確認したうえで、詳しい説明や回答をしてください。詳しい説明や推測に入る前に、正確さと事実確認を優先してください。\n\n私の質問：{question}\n\nあなたの回答：",
         "final": "上の推論に基づいて、私の質問への答えを一文で簡潔かつ直接的に述べてください。余計な詳細は不要です。",
+        "cot_yn": "この二択の質問について、一歩ずつ考えてください。\n\n質問：{question}\n\nまず、質問が依存している事実（暗黙の前提も含む）を挙げてください。質問を小さな質問に分け、それぞれに自分の知識で答えてください。部分的な答えを注意深い推論でつなぎ、結論を事実と照らし合わせて確認し、最後に明確で確定的な判断を示してください。\n\nあなたの推論と判断：",
         "final_yn": "上の推論に基づいて、質問「{question}」に一語で答えてください：はい または いいえ。説明は不要です。",
         "final_qa": "上の推論に基づいて、質問への答えを数語で述べてください（名前、日付、数、はい または いいえ）。説明は不要です。",
     },
 }
-for _p in TARGET.values():  # the paper ran StrategyQA in Chinese only: elsewhere the Table 1 prompt reasons
-    _p.setdefault("cot_yn", _p["cot"])
 # Words read as yes / no in each language; the English ones count in every language.
 YES_NO = {"English": (("yes", "true"), ("no", "false")),
           "Chinese": (("是", "对", "正确"), ("否", "不是", "不对", "错误", "不正确")),
@@ -312,7 +339,8 @@ def hybrid_score(z_cl: float, z_cm: float, alpha: float = ALPHA) -> float:
     return z_cl + alpha * z_cm
 
 
-def default_threshold(mode: str, model: str | None = None, verifier: str | None = None) -> float:
+def default_threshold(mode: str, model: str | None = None, verifier: str | None = None, task: str | None = None,
+                      say: bool = False) -> float:
     """Paper 3.3's threshold: 0.6 for CL and 0.8 for CM, the paper's best (5.4, Fig. 4(a)). The paper gives
     no number for the hybrid score Z_CL + alpha Z_CM in [0, 1 + alpha]; we use the official default 0.5
     (`--threshold 0.5`, used in every mode there). With alpha = 1 it retrieves only when fewer than 3 of
@@ -320,9 +348,11 @@ def default_threshold(mode: str, model: str | None = None, verifier: str | None 
 
     Those numbers are GPT-3.5's. A small model's answers disagree far more often (Qwen2.5-Coder-1.5B as M
     with SmolLM2-135M as M_V: the hybrid Z of 1 of 50 TruthfulQA questions falls below 0.5), so a
-    pair calibrated on its own Z (CALIBRATED: the threshold at which it retrieves as often as the paper's
-    Rowen-Hybrid did, threshold_for_rate; no answer read) gets its own hybrid threshold; CL and CM keep
-    the paper's.
+    task and pair calibrated on its own Z (CALIBRATED: the threshold at which it retrieves as often as the
+    paper's Rowen-Hybrid did on that task, threshold_for_rate; no answer read) gets its own hybrid threshold;
+    CL and CM keep the paper's. Never another task's: Z differ by task (TruthfulQA's 1.25 retrieves on 40%
+    of StrategyQA's first 50, their own 0.92 on 14%, the paper 20%); a task without a value (or task None)
+    gets the official 0.5. With `say`, one stderr line names the hybrid threshold chosen and why.
 
     Not calibrated for today's defaults (MODEL Qwen2.5-Coder-0.5B-Instruct as M and judge, VERIFIER
     SmolLM2-135M-Instruct): no run in results/ uses them. The one measurement (commit 3aba347, before
@@ -333,9 +363,17 @@ def default_threshold(mode: str, model: str | None = None, verifier: str | None 
     trace keeps z_cl and z_cm) and read `python rowen.py --modes-from FILE`: the threshold at the paper's
     retrieval rate for the task (Table 5: 23% of TruthfulQA, 20% of StrategyQA), or another rate you
     pick with threshold_for_rate."""
-    if mode == "hybrid" and (model, verifier) in CALIBRATED:
-        return CALIBRATED[(model, verifier)]
-    return THRESHOLDS[mode]
+    value = CALIBRATED.get((task, model, verifier)) if mode == "hybrid" else None
+    if say and mode == "hybrid":
+        pair = f"on {task} for M {model} with M_V {verifier}"
+        other = sorted(t for t, m, v in CALIBRATED if (m, v) == (model, verifier) and t != task)
+        if value is not None:
+            line = f"hybrid threshold {value:g}: calibrated {pair} (rowen.CALIBRATED, in-sample; the official default is 0.5)"
+        else:
+            line = f"note: hybrid threshold {THRESHOLDS[mode]:g}, the official default: none is calibrated {pair}"
+            line += f" (rowen.CALIBRATED has {', '.join(other)}: another task's value is never used)" if other else ""
+        print(line, file=sys.stderr)
+    return THRESHOLDS[mode] if value is None else value
 
 
 def _cut(lo: float, hi: float) -> float:
@@ -415,12 +453,14 @@ def strip_labels(text: str) -> str:
 
 
 # A line that introduces the answer instead of giving it: "Based on my reasoning above, the answer is:",
-# "Here is the translation:", "The answer is".
-_INTRO = re.compile(r"(?:[:：]|\bis)$", re.I)
+# "Here is the translation:", "The answer is", "The final answer to the question is". subtle: a line ending in
+# "is" introduces only after a word for the answer: "Yes, it is", "No, it is" and "Paris is" are answers.
+_INTRO = re.compile(r"(?:[:：]|\b(?:answer|verdict|response|conclusion)\b.*\bis)$", re.I)
 
 
 def introduces_answer(line: str) -> bool:
-    """Whether a line introduces the answer (ends in ":" or "is", markdown aside): it is never the answer."""
+    """Whether a line introduces the answer (ends in ":", or in "is" after "answer", "verdict", "response" or
+    "conclusion"; markdown aside): it is never the answer."""
     return bool(_INTRO.search(line.strip().rstrip("*_ ")))
 
 
@@ -450,11 +490,12 @@ def task_of(record: dict) -> str:
 @dataclass
 class Settings:
     mode: str = "hybrid"               # cl | cm | hybrid
-    threshold: float | None = None     # None: default_threshold(mode); main passes its (M, M_V)'s
+    threshold: float | None = None     # None: default_threshold(mode); main passes its task and (M, M_V)'s
     alpha: float = ALPHA
     k: int = K
     target_language: str = TARGET_LANGUAGE
     retrieve: str = "adaptive"         # adaptive | never | always (the baselines)
+    repair_prompt: str = REPAIR_PROMPT  # official | correct (REPAIR)
     seed: int = 0
     max_tokens: dict = field(default_factory=lambda: dict(MAX_TOKENS))
 
@@ -521,7 +562,8 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
     task, x0, lang = task_of(record), record["question"], s.target_language
     yn = task == "strategyqa"
     calls = {"main": 0, "verifier": 0}
-    trace = {"task": task, "mode": s.mode, "threshold": s.z_threshold, "alpha": s.alpha}
+    trace = {"task": task, "mode": s.mode, "threshold": s.z_threshold, "alpha": s.alpha,
+             "repair_prompt": s.repair_prompt}
     cl, cm = s.mode in ("cl", "hybrid"), s.mode in ("cm", "hybrid")
 
     # Stage 2 first: the perturbed questions (the one sampled call) and, for Rowen-CL, their translations.
@@ -585,8 +627,8 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
             outs = ask(main_lm, [REFORMULATE.format(question=x) for x in xs], s.max_tokens["reformulate"], calls, "main")
             queries = [clean_answer(o, "qa").strip("\"'") or x for o, x in zip(outs, xs)]
         evidence = evidence_lines(queries, [bm25.search(q, TOP_K) for q in queries])
-        prompt = REPAIR[task].format(question=x0, initial_long_answer=t0, initial_short_answer=r0,
-                                     evidences="\n".join(evidence))
+        prompt = REPAIR[s.repair_prompt][task].format(question=x0, initial_long_answer=t0, initial_short_answer=r0,
+                                                      evidences="\n".join(evidence))
         cap = s.max_tokens["repair" if task == "truthfulqa" else "short"]
         repair_output = ask(main_lm, [prompt], cap, calls, "main")[0]
         final = clean_answer(repair_output, task)
@@ -603,6 +645,12 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
 # what Rowen-CL, -CM, -Hybrid and never-retrieve would have answered. The hybrid Z of a row is
 # Z_CL + alpha Z_CM with the alpha of the run that wrote it (its trace), never a default or the
 # command line's.
+
+def rows_task(rows) -> str | None:
+    """The task of a run's rows (their traces'), None where they hold several or none."""
+    tasks = {r.get("trace", {}).get("task") for r in rows}
+    return tasks.pop() if len(tasks) == 1 else None
+
 
 def mode_score(trace, mode):
     """Z of one mode from a Rowen trace that holds Z_CL and Z_CM (hybrid: Eq. 6 with the trace's alpha)."""
@@ -631,10 +679,11 @@ def at_threshold(rows, mode, threshold):
 
 
 def modes_from_run(rows, model=None, verifier=None):
-    """Rowen-CL, -CM, -Hybrid at their default thresholds for the run's (M, M_V) and the never-retrieve
+    """Rowen-CL, -CM, -Hybrid at their default thresholds for the run's task and (M, M_V) and the never-retrieve
     baseline (threshold 0: Z < 0 never holds), re-read from one `--mode hybrid --always-retrieve` run
     (at_threshold)."""
-    out = {m: at_threshold(rows, m, default_threshold(m, model, verifier)) for m in ("cl", "cm", "hybrid")}
+    task = rows_task(rows)
+    out = {m: at_threshold(rows, m, default_threshold(m, model, verifier, task)) for m in ("cl", "cm", "hybrid")}
     out["never"] = at_threshold(rows, "hybrid", 0.0)
     return out
 
@@ -651,8 +700,8 @@ def initial_is_right(row):
 def detection_quality(rows, model=None, verifier=None):
     """Does a low Z go with a wrong initial answer? Per score (Z_CL, Z_CM, hybrid): the AUC of Z
     separating right from wrong r0 (the chance that a random right answer has the higher Z, i.e.
-    auroc of -Z against wrong; ties count half; 0.5 = no signal), the default threshold for the run's
-    (M, M_V), and the rate at which it sends wrong and right answers to retrieval."""
+    auroc of -Z against wrong; ties count half; 0.5 = no signal), the default threshold for the run's task
+    and (M, M_V), and the rate at which it sends wrong and right answers to retrieval."""
     if any(r["trace"].get("z_cl") is None or r["trace"].get("z_cm") is None for r in rows):
         raise common.InputError("detection quality needs Z_CL and Z_CM: a --mode hybrid run")
     right = [initial_is_right(r) for r in rows]
@@ -662,7 +711,7 @@ def detection_quality(rows, model=None, verifier=None):
         good = [v for v, ok in zip(z, right) if ok]
         bad = [v for v, ok in zip(z, right) if not ok]
         auc = metrics.auroc([-v for v in z], [not ok for ok in right])
-        th = default_threshold(name, model, verifier)
+        th = default_threshold(name, model, verifier, rows_task(rows))
         out[name] = {"auc": round(auc, 3) if auc is not None else None, "threshold": th,
                      "retrieve_wrong": round(sum(v < th for v in bad) / len(bad), 3) if bad else None,
                      "retrieve_right": round(sum(v < th for v in good) / len(good), 3) if good else None}
@@ -693,7 +742,7 @@ def run_models(path) -> tuple[str | None, str | None]:
 
 def report(path, limit=None):
     """The text `rowen.py --modes-from FILE` prints: for an --always-retrieve run the modes' table
-    (modes_from_run), then detection_quality at the thresholds of the run's (M, M_V) (its settings file),
+    (modes_from_run), then detection_quality at the thresholds of the run's task and (M, M_V) (its settings file),
     then the hybrid threshold at the paper's retrieval rate for the task (rate_calibration); with `limit`,
     the file's first rows only."""
     try:
@@ -731,7 +780,8 @@ def run_name(args) -> str:
              f"t{args.threshold:g}" if args.threshold is not None else "", f"k{args.k}" if args.k != K else "",
              f"a{args.alpha:g}" if args.alpha != ALPHA else "",
              args.target_language.lower() if args.target_language != TARGET_LANGUAGE and args.mode != "cm" else "",
-             "v-" + args.verifier.rstrip("/").split("/")[-1] if args.verifier != VERIFIER and args.mode != "cl" else ""]
+             "v-" + args.verifier.rstrip("/").split("/")[-1] if args.verifier != VERIFIER and args.mode != "cl" else "",
+             f"repair-{args.repair_prompt}" if args.repair_prompt != REPAIR_PROMPT else ""]
     return "-".join(p for p in parts if p)
 
 
@@ -744,9 +794,11 @@ def main(argv=None):
                    help="consistency across languages (cl), models (cm) or both (hybrid, Eq. 6)")
     p.add_argument("--threshold", type=float,
                    help="retrieve iff Z < threshold (default: 0.6 cl, 0.8 cm [paper 5.4], 0.5 hybrid [official]; "
-                        "a calibrated hybrid threshold for the pairs in rowen.CALIBRATED)")
+                        "a calibrated hybrid threshold for the task and (M, M_V) pairs in rowen.CALIBRATED)")
     p.add_argument("--alpha", type=float, default=ALPHA, help="weight of Z_CM in the hybrid score (paper: 1.0)")
     p.add_argument("--k", type=int, default=K, help="perturbed questions per question (paper: 6)")
+    p.add_argument("--repair-prompt", choices=sorted(REPAIR), default=REPAIR_PROMPT,
+                   help="Stage 3's prompt: the official templates (default) or ours, which says r0 may be wrong (correct)")
     p.add_argument("--target-language", choices=sorted(TARGET), default=TARGET_LANGUAGE,
                    help="language of the cross-language check (paper: Chinese; Table 7: German, French)")
     baseline = p.add_mutually_exclusive_group()
@@ -763,23 +815,21 @@ def main(argv=None):
         return
     if args.k < 1:
         raise common.InputError(f"--k {args.k}: need at least one perturbed question")
-    threshold = args.threshold if args.threshold is not None else default_threshold(
-        args.mode, args.model, args.verifier)
-    s = Settings(mode=args.mode, threshold=threshold, alpha=args.alpha, k=args.k,
-                 target_language=args.target_language, seed=args.seed,
-                 retrieve="never" if args.never_retrieve else "always" if args.always_retrieve else "adaptive")
     if args.mode != "cl":
         common.check_model_name(args.verifier)
     records = common.check_inputs(args, run_name(args), __file__)   # bad input fails here, before a model loads
+    tasks = {task_of(r) for r in records}       # the threshold is calibrated per task: the questions' own
+    threshold = args.threshold if args.threshold is not None else default_threshold(
+        args.mode, args.model, args.verifier, tasks.pop() if len(tasks) == 1 else None, say=True)
+    s = Settings(mode=args.mode, threshold=threshold, alpha=args.alpha, k=args.k,
+                 target_language=args.target_language, seed=args.seed, repair_prompt=args.repair_prompt,
+                 retrieve="never" if args.never_retrieve else "always" if args.always_retrieve else "adaptive")
     bm25 = common.load_retriever(args, records, preset="seakr")  # no official index (Serper web search)
     if args.mode != "cl" and args.model == args.verifier:
         print(f"note: M and M_V are both {args.model}: the cross-model check compares the model with itself "
               "(paper: M_V is another model; --verifier picks one)", file=sys.stderr)
     print(f"M (main model): {args.model}; " + (f"M_V (verifier): {args.verifier}" if args.mode != "cl"
           else "no verifier (--mode cl)"), file=sys.stderr)
-    if args.threshold is None and threshold != THRESHOLDS[args.mode]:     # default_threshold read CALIBRATED
-        print(f"hybrid threshold {threshold:g}: calibrated for M {args.model} with M_V {args.verifier} "
-              "(rowen.CALIBRATED; the official default is 0.5)", file=sys.stderr)
     main_lm = common.load_model(args.model, args.dtype, args.device)
     verifier_lm = common.load_model(args.verifier, args.dtype, args.device) if args.mode != "cl" else None
     name = run_name(args)

@@ -2,7 +2,8 @@
 
 The method in five lines:
 1. Each reasoning step is generated greedily; 20 more samples of the same step give the uncertainty
-   U = (1/k) logdet(Z Z^T + alpha I) of the samples' hidden states at the EOS position (layer L/2 FFN) (3.4).
+   U = (1/k) logdet(Z Z^T + alpha I) of the samples' hidden states at the EOS position (3.4), read at
+   the MLP output of decoder layer L/2 - 1 (0-based; 15 of LLaMA-2-7B's 32).
 2. Self-aware retrieval (3.1): if U exceeds the threshold delta, a query is built from the step (uncertain
    words removed) and BM25 returns N = 3 passages.
 3. Self-aware re-ranking (3.2): the step is regenerated with each passage in context; the passage whose
@@ -13,9 +14,8 @@ The method in five lines:
    as context and one from a fresh chain of thought over all passages; the lower U wins.
 
 Baselines and ablations from the same code (paper 4.1.2 and Table 3), `--retrieve`:
-- `never`: CoT, one greedy chain of thought with the same exemplars (100 tokens, DRAGIN's length), no
-  retrieval and no uncertainty; a chain that names no answer gets the forced answer (as DRAGIN's
-  evaluation gives one);
+- `never`: CoT, one greedy chain of thought with the same exemplars (DRAGIN's length per dataset:
+  COT_TOKENS), no retrieval and no uncertainty; a chain that names no answer gets DRAGIN's forced answer;
 - `ircot`: IRCoT, retrieve at every step with the question (first step) or the last generated sentence
   (later steps) as the query, as DRAGIN's fix-sentence IRCoT does (the question as edited above, its
   periods spaces, as the prompt shows it; DRAGIN searches the raw question, "F.W. Murnau"); BM25's top
@@ -31,7 +31,7 @@ Paper: Zijun Yao, Weijian Qi, Liangming Pan, Shulin Cao, Linmei Hu, Weichuan Liu
 "SeaKR: Self-aware Knowledge Retrieval for Adaptive Retrieval Augmented Generation" (arXiv 2406.19215;
 ICLR 2025 submission). Official code: THU-KEG/SeaKR (a patched vLLM 0.4.2 + Elasticsearch).
 
-Follows the paper's intent and the official code's concrete values (shared/specs/seakr.md). Follows
+Follows the paper's intent and the official code's concrete values. Follows
 the official code, not the paper, in the final reasoning (reason): the paper (3.3, appendix D.3 =
 arXiv B.3) puts "So the final answer is" right after the last rationale and stops both strategies at
 a newline; the official read_all_steps gives the rationales as Context passages and regenerates (stop:
@@ -47,25 +47,21 @@ Differs from the official code in:
   a token of its own on both tokenizer kinds ("▁" for LLaMA's SentencePiece, " " for byte-level BPE)
   that the model rarely saw there (common.encode strips it); the model writes the space itself (where
   the official code forces an answer on such a prompt, "Answer: " + " So the answer is ", it reads
-  "Answer:  So the answer is " with two spaces; here "Answer: So the answer is");
-- the answer after "the answer is" is not cut at the first comma or period ("August 25, 1963" stays);
-  it ends at the first sentence end: a period after a title or place abbreviation ("Dr. Who", "St.
-  Louis", "Mt. Everest": _ABBREVIATIONS) ends nothing, and one after a capital letter alone ends
-  nothing when a capitalised name follows ("Edward L. Cahn", "U.S. Navy"), but does end "World War
-  I. It ended in 1918"; a period with a capitalised word right after it ends the answer too (the
-  1.5B Qwen model runs on into a turn of its own: "1860.Human: Given the context, ...", cut by the
-  official code at the period); a forced answer is read the same way (official: the whole forced
-  continuation is the answer);
-- a step ends the loop when it names a non-empty answer that the ". " stop did not cut inside a
-  name (final_answer: "So the answer is Paris", cut from "Paris. It is ...", is final; "Edward L"
-  from "Edward L. Cahn" and "St" from "St. Louis" are not, and the loop goes on); official
-  check_final_step needs a comma or period after the answer in the step's text, and vLLM returns a
-  step without its stop string, so there no step cut by ". " is final and the loop goes on past a
-  stated answer; we follow the paper (3.3: the iteration ends when the model states its answer) and
-  keep the official test's effect where it protects the answer: a name cut at an initial or title;
+  "Answer:  So the answer is " with two spaces; here "Answer: So the answer is"); fed-back steps are
+  stripped and joined by one space (official: vLLM keeps each step's leading space: "Answer:  X.  Y.");
+- answers are read as the official code reads them (eval.read_answer: after "the answer is" up to the
+  first comma or period), and a step ends the loop when that reading finds an answer in it (official
+  check_final_step), but read with the ". " stop that cut it (step_answer): "So the answer is Paris" cut
+  from "Paris. It is" is final here, and not officially (vLLM drops the stop string), where the loop would
+  go on past most stated answers of the shipped HotpotQA runs. A forced continuation is read the same
+  way, or whole where it holds no comma or period (official: whole, so this model's run-on "1860.Human:
+  ..." would be an answer); CoT and IRCoT force theirs as DRAGIN's evaluation does (exemplars, question
+  and chain, no passages, 20 tokens), when this reading finds none (DRAGIN: when "the answer is" is absent);
 - generated steps keep their internal periods when fed back (the official `' '.strip()` bug removes them);
+- the eigen score is computed in float64 with slogdet (official: float32 logdet, which gives -inf or nan
+  where the Gram matrix's determinant overflows or underflows float32: ours is the sound one);
 - the rationale strategy drops the last step's sentences that contain "the answer is" or "is the answer"
-  with the sentence split above (official: spaCy's sentence splitter);
+  split at ". ", "? " and "! " (official: spaCy's sentence splitter);
 - query words are filtered by a stop-word list, not spaCy's part-of-speech tags, and all sentences of
   the step count (the official code keeps only the last sentence's words); words are tied to tokens by
   character offsets (official: by matching per-token strings); the test "the word is in the question or
@@ -79,8 +75,9 @@ Differs from the official code in:
   (the official engine's `ln_entropy` is the samples' mean perplexity, our multi-perplexity);
 - samples are seeded per question and call (official: seed 42 for every request); a retrieval with
   fewer than N new hits re-ranks fewer candidates (official: pads with empty passages of random ids);
-- simple QA retrieves BM25's top 10 for the question (official: a pre-packed DPR top-10 file) and uses
-  the multi-hop rule "retrieve iff U > delta" (official notebook: keep the direct answer iff U < delta);
+- simple QA retrieves BM25's top 10 for the question cut to 64 tokens (official: a pre-packed DPR top-10
+  file) and uses the multi-hop rule "retrieve iff U > delta or the answer is empty" (official notebook:
+  keep the direct answer iff U < delta, whatever its text; so an empty direct answer retrieves here);
 - the question edit is the official one: multi-hop questions have their periods replaced by spaces
   (official MultiHopReasoner.__init__), simple-QA questions are left as they are (official main_simpleqa);
   but every question is stripped of surrounding whitespace first (questions._record), and a multi-hop one
@@ -90,6 +87,7 @@ Differs from the official code in:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import re
@@ -110,7 +108,11 @@ TOP_P = 0.9             # nucleus of the samples [official call_llm]
 MAX_NEW_TOKENS = 100    # per call, greedy and samples; CoT's whole chain [official max_tokens; DRAGIN
                         # generate_max_length 100]
 FORCED_TOKENS = 100     # the forced "So the answer is" continuation, multi-hop [official call_llm]
-SIMPLE_FORCED_TOKENS = 20   # the same in simple QA [official main_simpleqa gen_loop]
+SIMPLE_FORCED_TOKENS = 20   # the same in simple QA [official main_simpleqa.py:80]
+BASELINE_FORCED_TOKENS = 20     # the same for CoT and IRCoT chains [DRAGIN src/eval.py:48, max_new_tokens]
+# CoT's whole chain per dataset [DRAGIN config/Llama2-7b-chat/<dataset>/wo-RAG.json generate_max_length];
+# MuSiQue (HotpotQA's exemplars) and simple QA (one line) take MAX_NEW_TOKENS
+COT_TOKENS = {"2wikimultihopqa": 64, "hotpotqa": 100, "iirc": 128}
 ALPHA = 1e-3            # regulariser of the Gram matrix [official --eigen_alpha]
 PROB_KEEP = 0.9         # a query keeps a word when all its tokens have p >= 0.9 [official --prob_threshold 0.1]
 QUERY_MAX_TOKENS = 64   # queries are left-truncated to 64 tokens [official _retrieve]
@@ -190,121 +192,30 @@ def choose_answer(step_answer, step_score: float, read_answer, read_score: float
     return (step_answer, "rationales") if step_score < read_score else (read_answer, "knowledge")
 
 
-_ANSWER_IS = re.compile(r"the answer is\s*:?\s*(.*)", re.IGNORECASE)
-_IS_THE_ANSWER = re.compile(r"[.?!]\s*([^?!]*?)\s+is the answer\b", re.IGNORECASE)
-# Abbreviations whose period ends no sentence: titles and place words that precede a name
-# ("Dr. Who", "St. Louis", "Mt. Everest"). Not "Jr.", "Inc.", "Co.": they usually end a name, and a
-# sentence with it.
-_ABBREVIATIONS = ("Dr", "Mr", "Mrs", "Ms", "Prof", "Rev", "Gen", "Col", "Lt", "Capt", "Sgt", "Gov", "Sen",
-                  "St", "Mt", "Ft", "vs")
-_NOT_AFTER_ABBREVIATION = "".join(rf"(?<!\b{a})" for a in _ABBREVIATIONS)
-# A period followed by a space or the end, not after one of _ABBREVIATIONS; "?" and "!" followed by a space
-_END_MARK = re.compile(_NOT_AFTER_ABBREVIATION + r"\.(?=\s|$)|[?!](?=\s)")
-# A period with a capitalised word right after it, no space between: a model running on past its answer into
-# a turn of its own ("So the answer is 1860.Human: Given the context, ..."); it ends the answer
-_RUN_ON = re.compile(_NOT_AFTER_ABBREVIATION + r"\.(?=[A-Z][a-z])")
-# Words that open a sentence rather than continue a name after an initial ("World War I. It ended")
-_SENTENCE_OPENERS = common.STOP_WORDS | {"thus", "therefore", "hence", "however", "also"}
+def forced_reading(text: str) -> str | None:
+    """The answer of a forced continuation (the text after " So the answer is"): read as any answer, to its
+    first comma or period (eval.read_answer), or the whole line where it holds neither. Official: the whole
+    continuation is the answer (reasoner.py:300-301, 427-428; main_simpleqa.py:91); read whole, this
+    model's run-on continuations ("1860.Human: Given the context, ...") would be answers."""
+    return metrics.read_answer("So the answer is" + text) or text.strip() or None
 
 
-def sentence_ends(text: str) -> list[tuple[int, int]]:
-    """The spans of the marks that end the text's sentences.
-
-    subtle: a capital letter alone before a period ("Edward L. Cahn", "U.S. Navy", "World War I. It
-    ended") is an initial only when a capitalised name follows it, a capitalised word that is not a
-    function word; then the period ends nothing. Followed by "It", a digit, a lowercase word or the
-    end of the text, it ends the sentence. A period after one of _ABBREVIATIONS ends nothing.
-    """
-    ends = []
-    for m in _END_MARK.finditer(text):
-        if m.group() == "." and re.search(r"\b[A-Z]$", text[:m.start()]):
-            word = re.match(r"\s+(\w+)", text[m.end():])
-            if word and word.group(1)[0].isupper() and word.group(1).lower() not in _SENTENCE_OPENERS:
-                continue                                   # an initial: the name goes on
-        ends.append(m.span())
-    return ends
-
-
-def sentences(text: str) -> list[str]:
-    """The text's sentences, each with its end mark, split at sentence_ends."""
-    out, start = [], 0
-    for _, end in sentence_ends(text):
-        out.append(text[start:end].strip())
-        start = end
-    out.append(text[start:].strip())
-    return [x for x in out if x]
-
-
-def extract_answer(text: str) -> str | None:
-    """The answer after "the answer is" (official _check_final_answer, without its cut at the first
-    comma or period), up to the sentence's end: "So the answer is August 25, 1963." -> "August 25, 1963",
-    "So the answer is St. Louis." -> "St. Louis"; else the words before "is the answer" that follow a
-    sentence end (its second pattern). An empty answer is none ("I think. is the answer" -> None, as
-    official check_final_step, which takes "" for no answer). Divergences, wherever an answer is read
-    (the loop's steps, reason, the baselines' chains): an answer with no comma or period after it is read
-    too ("So the answer is Paris" -> "Paris"; the official pattern needs one, and without it falls to its
-    second pattern, then to a forced answer); an empty answer is none everywhere (official read_all_docs
-    keeps "" and forces only when the pattern finds nothing, and compare_answer takes "" as an answer)."""
-    m = _ANSWER_IS.search(text)
-    if m:
-        return cut_answer(m.group(1))
-    m = _IS_THE_ANSWER.search(text)
-    return (m.group(1).strip() or None) if m else None
-
-
-def cut_answer(rest: str) -> str | None:
-    """The answer that `rest` (the text after "the answer is") starts with: its first line, up to a period
-    with a capitalised word right after it (_RUN_ON) or its first sentence end, without quotes; None if
-    empty. Reading an answer it gave gives it again, so it re-reads the predictions of runs made before the
-    run-on cut (benchmarks/run_all.py)."""
-    rest = _RUN_ON.split(rest.split("\n")[0], maxsplit=1)[0]
-    ends = sentence_ends(rest)
-    answer = (rest[:ends[0][0]] if ends else rest).strip().strip("\"'*")
-    return answer or None
-
-
-def answer_runs_on(text: str) -> bool:
-    """Whether the answer that `text` names after "the answer is" runs on past a period into a capitalised
-    word (_RUN_ON), where cut_answer reads it shorter than code before 1f32c40 did: a step of such a run
-    that names one is final today, but was not then (benchmarks/run_all.py checks the runs for it)."""
-    m = _ANSWER_IS.search(text)
-    return bool(m and _RUN_ON.search(m.group(1).split("\n")[0]))
-
-
-def final_answer(step: str, after: str = "") -> str | None:
-    """The answer with which a reasoning step ends the loop, or None (paper 3.3: the iteration stops
-    when the model states its answer, "So the final answer is ..."). `after` is what the model wrote
-    past the step (continuation): the stop string that cut it and the rest of the token that
-    completed the stop.
-
-    subtle: the ". " stop cuts "So the answer is Edward L. Cahn." to "So the answer is Edward L" and
-    "St. Louis" to "St"; read with what follows the cut, such an answer runs past it, and the step is
-    not final: the loop goes on, as in the official code. "So the answer is Paris" cut from "Paris. It
-    is ..." is final with "Paris" (official: not final, see the module docstring).
-    """
-    answer = extract_answer(step)
-    return answer if answer is not None and extract_answer(step + after) == answer else None
-
-
-def continuation(tok, gen: common.Generation) -> str:
-    """What the model generated past gen.text: the stop string that ended it and the rest of the token
-    that completed the stop (Generation.token_ids end with that token), e.g. ". Cahn"; "" for a
-    generation that ended at EOS or at the length limit."""
-    if gen.finish in ("eos", "length"):
-        return ""
-    full = common.decode_continuations(tok, [gen.token_ids])[0]
-    return full[len(gen.text):] if full.startswith(gen.text) else ""
-
-
-def step_answer(tok, gen: common.Generation) -> str | None:
-    """final_answer of a generated step."""
-    return final_answer(gen.text, continuation(tok, gen))
+def step_answer(gen: common.Generation) -> str | None:
+    """The answer with which a reasoning step ends the loop, or None (paper 3.3: the iteration stops when the
+    model states its answer; official check_final_step: eval.read_answer of the step). subtle: the step is
+    read as the model wrote it, with the ". " stop that cut it, where the official code reads vLLM's text
+    without it: "So the answer is Paris" cut from "Paris. It is" is final here (official: not, and the loop
+    goes on). On the shipped HotpotQA runs the official test would not have stopped at the stated answer of
+    most questions (their last step holds no comma or period after its answer)."""
+    return metrics.read_answer(gen.text + (". " if gen.finish == ". " else ""))
 
 
 def drop_answer_sentences(step: str) -> str:
     """The rationale strategy's last step (official filter_last_step): every sentence that contains
-    "the answer is" or "is the answer" (any case) is dropped, the others kept whole."""
-    keep = [x for x in sentences(step) if "the answer is" not in x.lower() and "is the answer" not in x.lower()]
+    "the answer is" or "is the answer" (any case) is dropped, the others kept whole. Sentences end at
+    ". ", "? " or "! " (official: spaCy's splitter; a step holds no ". " inside, the loop's stop string)."""
+    keep = [x for x in re.split(r"(?<=[.?!])\s+", step.strip())
+            if "the answer is" not in x.lower() and "is the answer" not in x.lower()]
     return " ".join(keep)
 
 
@@ -423,6 +334,7 @@ class Settings:
     rerank: bool = True
     final: str = "both"           # both | rationales | knowledge
     seed: int = 0
+    cot_tokens: int = MAX_NEW_TOKENS   # CoT's chain: COT_TOKENS of the question's dataset
 
 
 @dataclass
@@ -458,21 +370,22 @@ def call_many(model, tok, prompts: list[str], stop, s: Settings, budget: Budget)
 
 
 def forced_answer(model, tok, prompt: str, budget: Budget, max_new_tokens: int = FORCED_TOKENS) -> str | None:
-    """Append " So the answer is" and read the greedy continuation (official forced answer; 100 tokens
-    multi-hop, 20 in simple QA)."""
+    """Append " So the answer is" and read the greedy continuation, to the end of its line (official forced
+    answer: 100 tokens in SeaKR's reasoning, 20 in simple QA and in DRAGIN's evaluation of the baselines)."""
     budget.calls += 1
     g = common.greedy(model, tok, prompt + " So the answer is", max_new_tokens=max_new_tokens,
                       stop=BASE_STOP + ("\n",))
-    return extract_answer("So the answer is" + g.text)
+    return forced_reading(g.text)
 
 
-def chain(model, tok, prompt: str, stop, budget: Budget, forced_tokens: int = FORCED_TOKENS) -> tuple[str, str | None]:
-    """One greedy chain of thought and its answer, forced when the chain names none (the baselines)."""
+def chain(model, tok, prompt: str, stop, budget: Budget, max_new_tokens: int) -> tuple[str, str | None]:
+    """One greedy chain of thought and its answer, forced when the chain names none (the baselines; DRAGIN
+    src/eval.py:26-48: the exemplars, question and chain, no passages, 20 tokens)."""
     budget.calls += 1
-    text = common.greedy(model, tok, prompt, max_new_tokens=MAX_NEW_TOKENS, stop=stop).text.strip()
-    answer = extract_answer(text)
+    text = common.greedy(model, tok, prompt, max_new_tokens=max_new_tokens, stop=stop).text.strip()
+    answer = metrics.read_answer(text)
     if answer is None:
-        answer = forced_answer(model, tok, prompt + (" " + text if text else ""), budget, forced_tokens)
+        answer = forced_answer(model, tok, prompt + (" " + text if text else ""), budget, BASELINE_FORCED_TOKENS)
     return text, answer
 
 
@@ -488,7 +401,7 @@ def solve_multihop(model, tok, bm25, prefix: str, question: str, s: Settings, bu
     baselines CoT and IRCoT are solve_cot and solve_ircot; "- S.A. Retrieval" is this loop retrieving
     at every step."""
     if s.retrieve == "never":
-        return solve_cot(model, tok, prefix, question, budget)
+        return solve_cot(model, tok, prefix, question, budget, s.cot_tokens)
     if s.retrieve == "ircot":
         return solve_ircot(model, tok, bm25, prefix, question, budget)
     steps: list[str] = []          # rationale buffer
@@ -502,19 +415,17 @@ def solve_multihop(model, tok, bm25, prefix: str, question: str, s: Settings, bu
         retrieve = every_step or should_retrieve(c.score, c.text, s.delta)
         entry = {"text": c.text, "score": _num(c.score), "samples": c.samples, "retrieved": False}
         trace.append(entry)
-        if not every_step and step_answer(tok, c.gen) is not None:
+        if not every_step and step_answer(c.gen) is not None:       # official check_final_step
             steps.append(c.text)        # a final answer is never retrieval-checked (official order)
             break
-        if not retrieve:
-            if not c.text:              # greedy and the same prompt again: nothing new would come
-                break
+        if not retrieve:                # (an empty step always retrieves: should_retrieve)
             steps.append(c.text)
         else:
             chosen = rerank(model, tok, bm25, prefix, question, steps, docs, searched, c, s, budget, entry)
             if chosen is None:          # a repeated query or no new passage ends the loop (official)
                 break
             steps.append(chosen.text)
-            if step_answer(tok, chosen.gen) is not None:
+            if step_answer(chosen.gen) is not None:
                 break
         if len(steps) >= MAX_STEPS or len(docs) >= MAX_DOCS:
             break
@@ -568,16 +479,16 @@ def reason(model, tok, prefix, question, steps, docs, s: Settings, budget: Budge
         rationales = [r for r in steps[:-1] + [drop_answer_sentences(steps[-1])] if r.strip()] if steps else []
         prompt = build_prompt(prefix, question, docs=rationales)
         c = call(model, tok, prompt, BASE_STOP + ("\n",), s, budget)
-        answer = extract_answer(c.text) or forced_answer(model, tok, prompt, budget)
+        answer = metrics.read_answer(c.text) or forced_answer(model, tok, prompt, budget)
         step_score = c.score
         out.update(step_answer=answer, step_score=_num(step_score), step_text=c.text)
     if s.final in ("both", "knowledge"):
         prompt = build_prompt(prefix, question, docs=[passage_text(d) for d in docs])
         c = call(model, tok, prompt, BASE_STOP, s, budget)
-        answer = extract_answer(c.text)
+        answer = metrics.read_answer(c.text)
         if answer is None:
             c = call(model, tok, prompt + " So the answer is", BASE_STOP + ("\n",), s, budget)
-            answer = extract_answer("So the answer is" + c.gen.text)
+            answer = forced_reading(c.gen.text)
         read_score = c.score
         out.update(read_answer=answer, read_score=_num(read_score), read_text=c.text)
     answer, which = choose_answer(out["step_answer"], step_score, out["read_answer"], read_score)
@@ -588,10 +499,10 @@ def reason(model, tok, prefix, question, steps, docs, s: Settings, budget: Budge
 # ----------------------------------------------------------------------------------------------
 # The paper's baselines (4.1.2): CoT and IRCoT, with the same prompts, limits and retriever
 
-def solve_cot(model, tok, prefix: str, question: str, budget: Budget) -> dict:
+def solve_cot(model, tok, prefix: str, question: str, budget: Budget, max_new_tokens: int = MAX_NEW_TOKENS) -> dict:
     """CoT: one greedy chain of thought with SeaKR's exemplars and no retrieval (paper 4.1.2; DRAGIN's
     non-retrieval generation, 100 tokens); no samples, no U."""
-    text, answer = chain(model, tok, build_prompt(prefix, question), BASE_STOP, budget)
+    text, answer = chain(model, tok, build_prompt(prefix, question), BASE_STOP, budget, max_new_tokens)
     return {"prediction": answer or "", "retrievals": 0, "model_calls": budget.calls,
             "trace": {"chain": text, "answer": answer}}
 
@@ -625,13 +536,12 @@ def solve_ircot(model, tok, bm25, prefix: str, question: str, budget: Budget) ->
         if not text:
             break
         steps.append(text)
-        answer = step_answer(tok, g)
+        answer = step_answer(g)
         if answer is not None or len(steps) >= MAX_STEPS or len(docs) >= MAX_DOCS:
             break
         query = text
     if answer is None:
-        answer = forced_answer(model, tok, build_prompt(prefix, question, steps, [passage_text(d) for d in docs]),
-                               budget)
+        answer = forced_answer(model, tok, build_prompt(prefix, question, steps), budget, BASELINE_FORCED_TOKENS)
     return {"prediction": answer or "", "retrievals": len(docs), "model_calls": budget.calls,
             "trace": {"steps": trace, "passages": [d["id"] for d in docs], "answer": answer}}
 
@@ -642,7 +552,7 @@ def solve_ircot(model, tok, bm25, prefix: str, question: str, budget: Budget) ->
 def answer_once(model, tok, prompt: str, s: Settings, budget: Budget) -> tuple[str | None, Call]:
     """One chain of thought on one line; the answer, forced with the generated text kept (as official)."""
     c = call(model, tok, prompt, ("\n",) + BASE_STOP, s, budget)
-    answer = extract_answer(c.text)
+    answer = metrics.read_answer(c.text)
     if answer is None:
         answer = forced_answer(model, tok, prompt + (" " + c.text if c.text else ""), budget, SIMPLE_FORCED_TOKENS)
     return answer, c
@@ -654,13 +564,13 @@ def solve_simple(model, tok, bm25, prefix: str, question: str, s: Settings, budg
     (paper 4.1.3: "search time 1"), "- S.A. Retrieval" always retrieves."""
     stop = ("\n",) + BASE_STOP
     if s.retrieve == "never":
-        text, answer = chain(model, tok, build_prompt(prefix, question), stop, budget, SIMPLE_FORCED_TOKENS)
+        text, answer = chain(model, tok, build_prompt(prefix, question), stop, budget, MAX_NEW_TOKENS)
         return {"prediction": answer or "", "retrievals": 0, "model_calls": budget.calls,
                 "trace": {"chain": text, "answer": answer}}
     if s.retrieve == "ircot":
         hits = bm25.search(truncate_query(tok, question), 1)
         text, answer = chain(model, tok, build_prompt(prefix, question, docs=[passage_text(h) for h in hits]),
-                             stop, budget, SIMPLE_FORCED_TOKENS)
+                             stop, budget, MAX_NEW_TOKENS)
         return {"prediction": answer or "", "retrievals": len(hits), "model_calls": budget.calls,
                 "trace": {"chain": text, "answer": answer, "passages": [h["id"] for h in hits]}}
     answer, c = answer_once(model, tok, build_prompt(prefix, question), s, budget)
@@ -668,7 +578,7 @@ def solve_simple(model, tok, bm25, prefix: str, question: str, s: Settings, budg
     trace = {"direct": {"text": c.text, "answer": answer, "score": _num(c.score)}, "retrieved": retrieve}
     if not retrieve:
         return {"prediction": answer or "", "retrievals": 0, "model_calls": budget.calls, "trace": trace}
-    hits = bm25.search(question, SIMPLE_QA_N if s.rerank else 1)
+    hits = bm25.search(truncate_query(tok, question), SIMPLE_QA_N if s.rerank else 1)
     tried = []
     for h in hits:
         a, hc = answer_once(model, tok, build_prompt(prefix, question, docs=[passage_text(h)]), s, budget)
@@ -686,7 +596,7 @@ def solve_simple(model, tok, bm25, prefix: str, question: str, s: Settings, budg
 # Command line
 
 def default_layer(model) -> int:
-    """The middle layer, l = L/2 counted from 1: 0-based index L/2 - 1 (15 of LLaMA-2-7B's 32) [official]."""
+    """Decoder layer L/2 - 1 (0-based; 15 of LLaMA-2-7B's 32), whose MLP output U reads [official: vLLM layer 15]."""
     return model.config.num_hidden_layers // 2 - 1
 
 
@@ -708,7 +618,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description="SeaKR: self-aware knowledge retrieval (uncertainty-driven RAG)")
     common.add_common_args(p, dataset="hotpotqa")
     p.add_argument("--threshold", type=float, help="delta: retrieve iff U > delta (default: per model)")
-    p.add_argument("--layer", type=int, help="0-based decoder layer whose MLP output is read (default L/2-1)")
+    p.add_argument("--layer", type=int, help="decoder layer (0-based) whose MLP output U reads (default L/2 - 1)")
     p.add_argument("--samples", type=int, default=K_SAMPLES, help="k samples per call (paper: 20)")
     p.add_argument("--retrieve", choices=RETRIEVE_MODES + ("always",), default="adaptive",
                    help="adaptive = SeaKR; the paper's baselines: never = CoT, ircot = IRCoT; the ablation "
@@ -761,7 +671,8 @@ def main(argv=None):
             prefixes[exemplars] = load_exemplars(exemplars)
         budget = Budget(common.question_seed(args.seed, rec["id"]))
         solver = solve_multihop if multihop else solve_simple
-        return solver(model, tok, bm25, prefixes[exemplars], edit_question(rec["question"], multihop), s, budget)
+        rs = dataclasses.replace(s, cot_tokens=COT_TOKENS.get(exemplars, MAX_NEW_TOKENS))
+        return solver(model, tok, bm25, prefixes[exemplars], edit_question(rec["question"], multihop), rs, budget)
 
     # the settings name the delta and layer this run used, not "the model's default" (None)
     args.threshold, args.layer = s.delta, s.layer

@@ -29,10 +29,11 @@ against the unaided run's wrong answers and against where retrieving at every st
 eval.step_signals; and from a seakr-calibrate file, SeaKR's threshold
 by the paper's 5.3 rule and ours: seakr.threshold_table), OUT/figures.json and, if matplotlib is installed (an optional dependency of this command only),
 OUT/f1_vs_retrieval.png: F1 against retrieval rate (acc_vs_retrieval.png for StrategyQA's accuracy), one line
-per method through its thresholds, its baselines as named squares. SeaKR's answers (its baselines' too) are read again as today's code reads them
-(reread_seakr: runs before 1f32c40 kept answers that run on into a turn the model invents); the table
-says how many changed and whether a step before a question's last would have stopped today's code
-(run_on_steps), and figures.json holds the changed answers (its "reread"), which view.py shows. A CtrlA
+per method through its thresholds, its baselines as named squares. SeaKR's answers (its baselines' too) are read again as the
+official code reads them (reread_seakr: runs before the official reading read them to a sentence end); the table
+says how many changed and where the official reading would have taken another course (course_changes), and
+figures.json holds the changed answers (its "reread"), which view.py shows; every EM/F1 run is also read under
+that one rule, CtrlA's too (one_rule), and the reading across methods comes from that table. A CtrlA
 run's multi-hop chains that name no answer take the forced answers of its side file, NAME.forced.jsonl
 (`ctrla.py --force-answers`, for runs made before ctrla.py forced them itself; ctrla.with_forced): the
 table says how many, figures.json holds the counts ("forced") and the changed answers
@@ -49,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -172,35 +174,41 @@ def row_id(row: dict, line: int) -> str:
 
 
 def reread_seakr(rows: list[dict]) -> tuple[list[dict], dict]:
-    """The rows of a seakr.py run with each prediction read again by seakr.cut_answer, and the ones that
-    changed ({id, or "line N" as view.py names a row without one: the prediction as read again}): runs
-    made before the answer was cut at a period with a capitalised word right after it (1f32c40) hold
-    answers that run on into a turn the model invents ("1860.Human: Given the context, ..."), and older
-    ones answers that run past a sentence end; reading an answer of today's code again gives it unchanged.
-    The run files keep the predictions as run; view.py shows both, from figures.json."""
-    import seakr  # here, not at the top: it imports torch through common
-    out = [{**r, "prediction": seakr.cut_answer(r["prediction"]) or ""} if r.get("prediction") else r
-           for r in rows]
+    """The rows of a seakr.py run with each prediction read again under the official SeaKR reading
+    (eval.common_reading: cut at its first comma or period), and the ones that changed ({id, or "line N" as
+    view.py names a row without one: the prediction as read again}). Runs made before seakr.py read answers
+    as the official code does (eval.read_answer) read them to the first sentence end ("Mumbai, India",
+    "August 25, 1963"); reading an answer of today's code again gives it unchanged. The run files keep the
+    predictions as run; view.py shows both, from figures.json."""
+    out = [{**r, "prediction": metrics.common_reading(r["prediction"])} if r.get("prediction") else r for r in rows]
     return out, {row_id(r, i): o["prediction"]
                  for i, (r, o) in enumerate(zip(rows, out), 1) if r.get("prediction") != o.get("prediction")}
 
 
-def run_on_steps(rows: list[dict]) -> list[str]:
-    """Ids of the questions (as reread_seakr names them) where a step that the loop kept before its last
-    names an answer that runs on past a period (seakr.answer_runs_on): today's seakr.py
-    ends the loop at such a step, so there reading the final answer again does not give what today's code
-    would answer. The only place where the run-on cut changes a question's course: the stop string
-    (". ", "\n") leaves a run-on inside the step's text, never in what follows it. A step kept after a
-    retrieval is the chosen candidate's regenerated text (SeaKR), the step's text otherwise (IRCoT)."""
-    import seakr  # here, not at the top: it imports torch through common
+# what the reading before the official one took for a named answer: "the answer is" and a word after it
+_NAMED_BEFORE = re.compile(r"the answer is\s*:?\s*\w", re.IGNORECASE)
+
+
+def course_changes(rows: list[dict]) -> list[str]:
+    """Ids of the questions (as reread_seakr names them) where the official reading would have taken another
+    course than the reading the run was made with, so that reading the final answer again does not give what
+    today's code would answer: a step kept before the last names an answer by the official reading (a comma
+    or period after it, "So the answer is August 25, 1963": today's loop stops there), or a text whose answer
+    the run read has no comma or period after it (a CoT chain, a reasoning strategy's text: today's code
+    forces one there). A loop's last step is not checked: a step that names its answer without a period is
+    final today where the ". " stop cut it (seakr.step_answer), which its text alone cannot tell. A step kept
+    after a retrieval is the chosen candidate's regenerated text (SeaKR), the step's text otherwise (IRCoT)."""
     out = []
     for i, r in enumerate(rows, 1):
-        steps = (r.get("trace") or {}).get("steps") or []
-        for step in steps[:-1]:
+        trace = r.get("trace") or {}
+        texts = []
+        for step in trace.get("steps") or []:
             chosen = [c for c in step.get("candidates") or () if c.get("id") == step.get("chosen")]
-            if seakr.answer_runs_on(chosen[0]["text"] if chosen else step.get("text") or ""):
-                out.append(row_id(r, i))
-                break
+            texts.append(chosen[0]["text"] if chosen else step.get("text") or "")
+        early = any(metrics.read_answer(t) is not None for t in texts[:-1])
+        answered = [trace.get(k) or "" for k in ("chain", "step_text", "read_text")]
+        if early or any(_NAMED_BEFORE.search(t) and metrics.read_answer(t) is None for t in answered):
+            out.append(row_id(r, i))
     return out
 
 
@@ -208,7 +216,7 @@ def table_rows(a, reread: dict | None = None, course: dict | None = None,
                in_progress: dict | None = None, forced: dict | None = None) -> list[tuple[str, str, str, dict, list]]:
     """(name, method, label, summary, rows) for every run file present, the Rowen rows re-read, the SeaKR
     answers read again (reread_seakr; `reread` gets the changed predictions of each run, `course` the
-    questions of each where the re-reading would have changed the course: run_on_steps). A run with fewer
+    questions of each where the official reading would have changed the course: course_changes). A run with fewer
     questions than the directory's longest (one still running, as the background plan's runs are while
     their files grow) is left out, and `in_progress` gets its [questions done, of]: a table compares
     runs over the same questions. A CtrlA run's multi-hop chains that name no answer take the forced
@@ -232,8 +240,8 @@ def table_rows(a, reread: dict | None = None, course: dict | None = None,
             rows, changed = reread_seakr(rows)
             if changed and reread is not None:
                 reread[name] = changed
-            if course is not None and (ids := run_on_steps(rows)):
-                course[name] = ids      # checked in every run: a step may run on where no answer does
+            if course is not None and (ids := course_changes(rows)):
+                course[name] = ids      # checked in every run: a step may change the course where no answer does
         if script == "ctrla.py":
             side = ctrla.side_file(a.out / f"{name}.jsonl")
             was = {r["id"]: r["prediction"] for r in rows}
@@ -245,12 +253,13 @@ def table_rows(a, reread: dict | None = None, course: dict | None = None,
             out.append((name, method, label, rows))
             continue
         pair = rowen.run_models(a.out / f"{name}.jsonl")     # the (M, M_V) whose default thresholds apply
+        task = rowen.rows_task(rows)                          # and the task: each has its own
         modes = rowen.modes_from_run(rows, *pair)
         out += [(f"rowen-{m}", method, f"Rowen-{m.upper() if m != 'hybrid' else 'Hybrid'} (threshold "
-                 f"{rowen.default_threshold(m, *pair):g})", modes[m]) for m in ("hybrid", "cl", "cm")]
+                 f"{rowen.default_threshold(m, *pair, task):g})", modes[m]) for m in ("hybrid", "cl", "cm")]
         zs = list(a.zs)
         if (cal := rowen.rate_calibration(rows)) is not None and cal["threshold"] not in zs + [
-                rowen.default_threshold("hybrid", *pair)]:
+                rowen.default_threshold("hybrid", *pair, task)]:
             zs.append(cal["threshold"])     # this run's own Z at the paper's rate (no answer read)
         out += [(f"rowen-hybrid-t{t:g}", method, f"Rowen-Hybrid, threshold {t:g}"
                  + (" (the paper's retrieval rate on these Z)" if cal and t == cal["threshold"] else ""),
@@ -292,6 +301,39 @@ def paired_text(pairs) -> str:
              "| run | against | n | metric | difference | 95% interval |", "|---|---|---:|---|---:|---:|"]
     lines += [f"| {label} | {base} | {d['n']} | {d['metric']} | {100 * d['difference']:+.1f} | "
               f"{100 * d['interval'][0]:+.1f} to {100 * d['interval'][1]:+.1f} |" for label, base, d in pairs]
+    return "\n".join(lines)
+
+
+def one_rule(rows) -> list[tuple[str, str, dict, list]]:
+    """Every EM/F1 run read under one rule, the official SeaKR reading (eval.common_reading: each prediction
+    cut at its first comma or period), so that methods whose own readings differ compare on the same one:
+    (name, label, summary, [(baseline label, eval.paired_difference)] for the pairs of paired_rows whose
+    predictions the rule changes). Empty when no run's reading differs from it."""
+    read = {name: [{**r, "prediction": metrics.common_reading(r.get("prediction"))} for r in run_rows]
+            for name, _, _, s, run_rows in rows if "f1" in s and name not in SIGNAL_RUNS and name not in LEGACY}
+    if all(a.get("prediction") == b.get("prediction") for name, _, _, _, run_rows in rows if name in read
+           for a, b in zip(run_rows, read[name])):
+        return []
+    again = [(name, method, label, metrics.summarize(read[name]), read[name])
+             for name, method, label, _, _ in rows if name in read]
+    pairs = paired_rows(again)
+    changed = {label for name, _, label, _, run_rows in rows if name in read
+               and any(a.get("prediction") != b["prediction"] for a, b in zip(run_rows, read[name]))}
+    return [(name, label, s, [(base, d) for run, base, d in pairs if run == label and (run in changed or base in changed)])
+            for name, _, label, s, _ in again]
+
+
+def one_rule_text(common) -> str:
+    """one_rule in markdown: the reading across methods comes from this table."""
+    lines = ["Every run read under one rule, the official SeaKR reading (`eval.common_reading`: each answer cut "
+             "at its first comma or period); the reading across methods comes from this table:", "",
+             "| run | EM | F1 |", "|---|---:|---:|"]
+    lines += [f"| {label} | {100 * s['em']:.1f} | {100 * s['f1']:.1f} |" for _, label, s, _ in common]
+    if pairs := [(label, base, d) for _, label, _, ps in common for base, d in ps]:
+        lines += ["", "The pairs whose answers this rule changes, under it:", "",
+                  "| run | against | n | metric | difference | 95% interval |", "|---|---|---:|---|---:|---:|"]
+        lines += [f"| {label} | {base} | {d['n']} | {d['metric']} | {100 * d['difference']:+.1f} | "
+                  f"{100 * d['interval'][0]:+.1f} to {100 * d['interval'][1]:+.1f} |" for label, base, d in pairs]
     return "\n".join(lines)
 
 
@@ -557,18 +599,19 @@ def main(argv=None):
                      + ", ".join(f"{name} ({k} of {n})" for name, (k, n) in in_progress.items()) + ".")
     if reread or course:
         n = {name: s["n"] for name, _, _, s, _ in rows}
-        parts.append("SeaKR's answers (its baselines' too) are read again here as today's code reads them "
-                     "(seakr.cut_answer: up to the first sentence end or a period with a capitalised word right "
-                     "after it, where the model runs on into a turn of its own, \"1860.Human: Given the context, "
-                     "...\", which code before 1f32c40 kept): "
+        parts.append("SeaKR's answers (its baselines' too) are read here as the official code reads them "
+                     "(eval.read_answer: up to the first comma or period after \"the answer is\"; the runs of "
+                     "seakr.py before the official reading read them to the first sentence end, \"Mumbai, "
+                     "India\"), each prediction cut at its first comma or period (eval.common_reading): "
                      + (", ".join(f"{name} {len(k)} of {n[name]}" for name, k in reread.items()) or "no")
                      + " predictions changed; the run files keep them as run."
-                     + (" No step that a loop kept before its question's last names an answer that runs on "
-                        "(run_on_steps), so today's code would have stopped at the same step: the reading changes "
-                        "answers, not the course of a question." if not course else
-                        " In these questions a step kept before the last names an answer that runs on, where "
-                        "today's code would have stopped (run_on_steps), so the answer read again is not what it "
-                        "would give: " + "; ".join(f"{name}: {', '.join(ids)}" for name, ids in course.items()) + "."))
+                     + (" In no question would the official reading have taken another course (course_changes)."
+                        if not course else
+                        " In these questions the official reading would have taken another course (a step before "
+                        "the last names an answer with a comma or period after it, where today's loop stops; or "
+                        "a chain or reasoning text names its answer with none after it, where today's code forces "
+                        "one: course_changes), so the answer read again is not what today's code would give: "
+                        + "; ".join(f"{name}: {', '.join(ids)}" for name, ids in course.items()) + "."))
     if forced:
         n = {name: s["n"] for name, _, _, s, _ in rows}
         parts.append("CtrlA's multi-hop chains that name no answer (\"the answer is\") take DRAGIN's forced answer "
@@ -590,10 +633,15 @@ def main(argv=None):
         figures["forced"] = {name: [k, left] for name, (k, left, _) in forced.items()}
         figures["forced_answers"] = {name: changed for name, (_, _, changed) in forced.items() if changed}
     if course:
-        figures["run_on_steps"] = course
+        figures["course_changes"] = course
     if pairs := paired_rows(rows):
         parts.append(paired_text(pairs))
         figures["paired"] = [{"run": label, "against": base, **d} for label, base, d in pairs]
+    if common := one_rule(rows):
+        parts.append(one_rule_text(common))
+        figures["one_rule"] = {name: {"em": c["em"], "f1": c["f1"]} for name, _, c, _ in common}
+        figures["one_rule_paired"] = [{"run": label, "against": base, **d} for _, label, _, ps in common
+                                      for base, d in ps]
     if signals:
         parts.append("Each method's own signal against wrong unaided answers (`python eval.py signals FILE`; "
                      "AUROC 0.5 = no signal):\n\n" + metrics.signals_table(signals, markdown=True))

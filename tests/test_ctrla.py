@@ -12,6 +12,7 @@ import torch
 
 import common
 import ctrla
+import eval as metrics
 from conftest import make_model, make_tokenizer
 
 STATEMENTS = [{"statement": s, "topic": "Science", "style": style} for s, style in [
@@ -289,8 +290,7 @@ def test_new_information_rule():
 
 def test_refusal_detector():
     for text in ["I don't know.", "I'm not sure about that.", "I do not know.", "The cause is unknown.",
-                 "I\u2019m not sure who he is.", "The text does not mention his birthplace.",
-                 "I DON'T KNOW"]:
+                 "The text does not mention his birthplace.", "I DON'T KNOW"]:
         assert ctrla.is_refusal(text), text
     for text in ["Paris is the capital of France.", "He knows the answer.", "Surely it is Paris."]:
         assert not ctrla.is_refusal(text), text
@@ -317,6 +317,50 @@ def test_stop_words_are_spacys():
     segment = "He first became a politician \u2014 in 1950."
     flagged = ctrla.flag_words(segment, 0, char_spans(segment), [True] * len(segment), QUESTION, [])
     assert [segment[a:b] for a, b in flagged] == ["politician", "1950."]
+
+
+# The official column: HSLiu-Initial/CtrlA's own cleaning (code/model/utils.py split_contractions and
+# remove_punctuation, as adaptive_retrieval.py:279-286 apply them), run outside the project on each word.
+@pytest.mark.parametrize("word, official", [
+    ("'relevant'", "re"), ("'dark'", "d"), ("'tis", "t"),   # a mark splits anywhere, no word boundary
+    ("Feilden's", "feilden"), ("don't", "do"), ("isn't,", "is"),
+    ("DON'T", "dont"), ("O'Reilly", "oreilly"),              # case-sensitive marks; the apostrophe goes
+    ("it\u2019s", "it\u2019s"),                              # a curly apostrophe is no mark, no ASCII punctuation
+    ("\u201cPolitician\u201d", "\u201cpolitician\u201d"), ("--", ""), ("\u2014", "\u2014")])
+def test_clean_word_is_the_officials(word, official):
+    assert ctrla.clean_word(word) == official
+
+
+def test_word_set_is_the_officials_process_sentence():
+    """Every part of every word, the contraction marks' own parts ("s", "nt", "re") included; the official
+    process_sentence on the same text gives the list below (its set)."""
+    text = "What is Henry Feilden's occupation? I don't 'relevant' it\u2019s"
+    official = ["what", "is", "henry", "feilden", "s", "occupation", "i", "do", "nt", "re", "levant", "it\u2019s"]
+    assert ctrla.word_set(text) == set(official)
+
+
+def test_new_information_reads_words_as_official():
+    """'relevant' cleans to "re", a spaCy stop word, so it never triggers (official too); "It’s" stays a
+    word, new information (official too); a mark's part of a question word ("s" of "Feilden's") is a
+    question word."""
+    assert "re" in ctrla.stop_words() and "s" not in ctrla.stop_words()
+    assert not ctrla.is_new_information("'relevant'", QUESTION, [])
+    assert ctrla.is_new_information("relevant", QUESTION, [])
+    assert ctrla.is_new_information("it\u2019s", QUESTION, []) and not ctrla.is_new_information("it's", QUESTION, [])
+    assert not ctrla.is_new_information("'salty'", QUESTION, [])           # "s", a part of "Feilden's"
+    assert ctrla.is_new_information("'salty'", "Where is Paris?", [])
+    segment = "It\u2019s a 'relevant' politician."
+    flagged = ctrla.flag_words(segment, 0, char_spans(segment), [True] * len(segment), QUESTION, [])
+    assert [segment[a:b] for a, b in flagged] == ["It\u2019s", "politician."]
+
+
+def test_refusal_detector_reads_the_text_as_written():
+    """No curly apostrophe is made straight (official sentence_matches_pattern on these: False, True, False,
+    False; the last is one of our phrases, in ASCII like the official ones)."""
+    assert not ctrla.is_refusal("I don\u2019t have information about him.")
+    assert ctrla.is_refusal("I don't have information about him.")
+    assert not ctrla.is_refusal("I\u2019m not sure who he is.")
+    assert ctrla.is_refusal("I'm not sure who he is.")
 
 
 class RankedHits:
@@ -558,7 +602,11 @@ def test_docstring_states_the_divergences():
                    "none of the official eval_data/facts_true_false.csv",
                    "--honesty-data FILE --confidence-data FILE",
                    "cut from the token ids of persona + statement", "keeps the question as the first query",
-                   "7th refusal ends the answer", "keeps the line break"]:
+                   "7th refusal ends the answer", "keeps the line break",
+                   'after "the answer is" in any case, up to a line break',
+                   "1 of 50 CtrlA, 2 of 50 never-retrieve HotpotQA questions",
+                   "ends at an EOS after a segment with no sentence end", "stops only on an empty continuation",
+                   "\"'relevant'\" is \"re\""]:
         assert phrase in " ".join(differs.split()), phrase
 
 
@@ -907,6 +955,33 @@ def test_a_segment_that_repeats_one_of_the_last_two_ends_the_answer(monkeypatch)
     run, log = scripted(monkeypatch, segments)
     res = ctrla.solve(run, {"id": "q", "question": "Where?", "answers": ["x"], "dataset": "triviaqa"})
     assert res["prediction"] == "Alpha is a town. Beta is a city." and len(log["prompts"]) == 3
+
+
+def test_an_eos_after_a_segment_with_no_sentence_end_ends_the_answer(monkeypatch):
+    """The stated divergence: next_segment says the model ended its turn after this segment (EOS, no
+    sentence end), and the loop stops there; the official loop would ask once more and stop only on an
+    empty continuation (here the script's "More." would be asked for and accepted)."""
+    run, log = scripted(monkeypatch, [])
+    todo = [("It is Paris.", True), ("More.", False)]
+
+    def next_segment(run, prompt):
+        log["prompts"].append(prompt)
+        return todo.pop(0) if todo else ("", False)
+    monkeypatch.setattr(ctrla, "next_segment", next_segment)
+    res = ctrla.solve(run, {"id": "q", "question": "Where?", "answers": ["x"], "dataset": "triviaqa"})
+    assert res["prediction"] == "It is Paris." and len(log["prompts"]) == 1
+
+
+@pytest.mark.parametrize("text, ours, dragin", [
+    ("The answer is no.", "no", ""),
+    ("So the answer is: WINNER.\nStep 4: check it.", "WINNER", " WINNER.\nStep 4: check it"),
+    ("So the answer is producer.", "producer", "producer")])
+def test_multihop_reading_beside_dragins(text, ours, dragin):
+    """The stated divergence: "the answer is" in any case, the answer cut at its line break. The dragin
+    column is DRAGIN's HotpotQA reader (oneal2000/DRAGIN, src/data.py:416-430) run outside the project
+    on the same text. Were `ours` the gold answer, DRAGIN's reading would score EM 0 where they differ."""
+    assert ctrla.extract_answer(text) == ours
+    assert bool(metrics.exact_match(dragin, [ours])) == (ours == dragin)
 
 
 def test_a_word_is_flagged_when_any_of_its_characters_is_in_an_unconfident_token():

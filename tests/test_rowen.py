@@ -119,6 +119,15 @@ def test_target_prompts_fill_in_and_ask_for_readable_labels(language):
     assert any(w in asked for w in yes) and any(w in asked for w in no)
 
 
+@pytest.mark.parametrize("language", sorted(rowen.TARGET))
+def test_strategyqa_reasons_with_the_strategyqa_prompt_in_every_language(language):
+    # German, French and Japanese StrategyQA reasoned with Table 1's prompt ("cot"), English with the StrategyQA one
+    p = rowen.TARGET[language]
+    (cot, _), (cot_t, _) = rowen.answer_prompts("strategyqa", language)
+    assert cot == rowen.COT["strategyqa"] and cot_t == p["cot_yn"] != p["cot"]
+    assert p["cot_yn"].count("{question}") == 1 and rowen.answer_prompts("truthfulqa", language)[1][0] == p["cot"]
+
+
 # how each language's prompt words "a few words" and "one sentence"
 FEW_WORDS = {"English": "a few words", "Chinese": "几个词", "German": "wenigen Worten", "French": "quelques mots",
              "Japanese": "数語"}
@@ -181,6 +190,10 @@ def test_clean_answer_and_task():
     # not labels: kept as they are
     ("SALMON FIRST: Yes", "qa", "SALMON FIRST: Yes"), ("The answer is Paris.", "qa", "The answer is Paris."),
     ("Answering machines: 1971", "qa", "Answering machines: 1971"), ("你的简短回答中，我们可以看到。", "qa", "你的简短回答中，我们可以看到。"),
+    # a line ending in "is" is an answer unless a word for the answer precedes it (it became "", label unknown)
+    ("Yes, it is", "strategyqa", "Yes, it is"), ("No, it is", "strategyqa", "No, it is"), ("Paris is", "qa", "Paris is"),
+    ("No, it is.\nIt is too narrow.", "strategyqa", "No, it is."), ("So the answer is Paris", "qa", "So the answer is Paris"),
+    ("The final answer to the question is\nFalse", "strategyqa", "False"), ("My verdict is\nTrue", "strategyqa", "True"),
     # a line that introduces the answer is never the answer (it used to replace it)
     ("Based on my reasoning above, the answer is:\nFalse", "strategyqa", "False"),
     ("Here is the translation:\n长城从月球上看得见吗？", "qa", "长城从月球上看得见吗？"),
@@ -192,6 +205,12 @@ def test_clean_answer_and_task():
 ])
 def test_clean_answer_strips_labels_before_the_first_line(text, task, answer):
     assert rowen.clean_answer(text, task) == answer
+
+
+def test_a_yes_or_no_that_ends_in_is_keeps_its_label():
+    assert [rowen.yes_no_label(rowen.clean_answer(t, "strategyqa")) for t in ("Yes, it is", "No, it is", "The answer is")] \
+        == ["yes", "no", "unknown"]
+    assert not rowen.introduces_answer("Paris is") and rowen.introduces_answer("**The answer is**")
 
 
 def test_clean_answer_after_either_tokenizer_decodes(real_tok):
@@ -218,7 +237,7 @@ def test_clean_answer_on_the_real_traces():
 def test_strategyqa_label_on_its_own_line_is_read(monkeypatch, tiny):
     # the repair answers with the label on one line and the verdict on the next: the old clean_answer
     # kept "" and the prediction was "unknown" (scored wrong)
-    rules = {**SQA_RULES, "M": [("Search results:", "Your final answer (True or False):\nFalse")] + SQA_RULES["M"]}
+    rules = {**SQA_RULES, "M": [(REPAIR_KEY, "Your final answer (True or False):\nFalse")] + SQA_RULES["M"]}
     out, _ = run_scripted(monkeypatch, tiny, rules, SQA, threshold=1.1)
     assert out["trace"]["final_answer"] == "False" and out["prediction"] == "no"
     assert out["trace"]["repair_output"] == "Your final answer (True or False):\nFalse"      # kept raw
@@ -227,7 +246,7 @@ def test_strategyqa_label_on_its_own_line_is_read(monkeypatch, tiny):
 def test_an_opening_line_that_introduces_the_answer_is_not_the_answer(monkeypatch, tiny):
     # the repair opens with an introduction: the old clean_answer kept it as the answer, read no verdict in it
     # and predicted "unknown" for a gold "no"
-    rules = {**SQA_RULES, "M": [("Search results:", "Based on my reasoning above, the answer is:\nFalse")] + SQA_RULES["M"]}
+    rules = {**SQA_RULES, "M": [(REPAIR_KEY, "Based on my reasoning above, the answer is:\nFalse")] + SQA_RULES["M"]}
     out, _ = run_scripted(monkeypatch, tiny, rules, SQA, threshold=1.1)
     assert out["trace"]["final_answer"] == "False" and out["prediction"] == "no"
     # a translation that opens with "Here is the translation:" was the translated question itself
@@ -242,16 +261,83 @@ def test_an_opening_line_that_introduces_the_answer_is_not_the_answer(monkeypatc
 def test_own_prompts_end_in_an_instruction_and_the_repair_asks_the_question_last():
     # a trailing answer label is what a small chat model copies ("Your revised short answer: ..."), and the
     # old repair prompt ended in advice about the evidence that came back as the answer in 40 of 50 runs
-    ours = list(rowen.FINAL.values()) + list(rowen.REPAIR.values()) + [rowen.REFORMULATE]
+    ours = list(rowen.FINAL.values()) + list(rowen.REPAIR["correct"].values()) + [rowen.REFORMULATE]
     ours += [p[k] for p in rowen.TARGET.values() for k in ("final", "final_yn", "final_qa")]
     assert not [p for p in ours if p.rstrip().endswith((":", "："))]
-    for task, template in rowen.REPAIR.items():
+    for task, template in rowen.REPAIR["correct"].items():
         text = template.format(question="Who founded Alpha?", initial_long_answer="Alpha was founded by Gamma.",
                                initial_short_answer="Gamma", evidences="Alpha? Alpha: founded by Beta in 1900.")
         lines = text.rstrip().split("\n")
         assert lines[-2] == "Question: Who founded Alpha?" and lines[-1].startswith("Answer the question")
         assert text.index("founded by Beta") < text.index("Gamma.") < text.index("Question: Who founded Alpha?")
         assert "contradicts" not in text
+
+
+# dhx20150812/Rowen, prompt_template.py:49-58 (TruthfulQA) and 155-166 (StrategyQA), verbatim
+OFFICIAL_REPAIR_HEAD = """You are an advanced AI with the ability to process and synthesize information efficiently. When provided with a question, you should consider the following in your response:
+
+1. The specific question asked: {question}
+2. The reasoning process: {initial_long_answer}
+3. The short answer previously given related to the question: {initial_short_answer}
+4. Evidences that have been retrieved: {evidences}
+
+"""
+OFFICIAL_REPAIR = {
+    "truthfulqa": OFFICIAL_REPAIR_HEAD + """Use this information to generate a concise, accurate, and relevant answer that reflects the latest understanding of the topic based on the input provided. Your response should be clear, direct, and provide the most up-to-date information available while maintaining coherence with the previous discussion points.
+
+Please provide your revised short response:""",
+    "strategyqa": OFFICIAL_REPAIR_HEAD + """Use this information to provide a concise, accurate, and relevant answer that reflects the latest understanding of the topic based on the input provided. Your response should be clear, direct, and provide the most up-to-date information available while maintaining coherence with the previous discussion points.
+
+You must directly answer the above question with True or False, and do not involve any other explanations.
+
+Your final answer (True or False):"""}
+
+
+@pytest.mark.parametrize("task", ["truthfulqa", "strategyqa"])
+def test_the_default_repair_prompt_is_the_official_template_filled_by_hand(task):
+    # our "That answer may be wrong ... correct it" prompt shared no sentence with the official one
+    assert rowen.REPAIR_PROMPT == rowen.Settings().repair_prompt == "official"
+    fill = dict(question="Who founded Alpha?", initial_long_answer="Alpha was founded by Gamma.",
+                initial_short_answer="Gamma", evidences="Alpha? Alpha: founded by Beta in 1900.\nBeta? Beta: a man.")
+    by_hand = OFFICIAL_REPAIR[task].replace("{question}", fill["question"]).replace(
+        "{initial_long_answer}", fill["initial_long_answer"]).replace("{initial_short_answer}", "Gamma").replace(
+        "{evidences}", fill["evidences"])
+    assert rowen.REPAIR["official"][task].format(**fill) == by_hand
+    if task == "strategyqa":    # short-answer QA has no official template: StrategyQA's, for a few words
+        qa = rowen.REPAIR["official"]["qa"].format(**fill)
+        assert qa.startswith(by_hand.split("You must")[0]) and "answer the above question in a few words" in qa
+
+
+def test_the_cm_judge_prompt_is_the_official_layout_filled_by_hand():
+    # dhx20150812/Rowen, prompt_template.py:37-47 (its space after "explanation." included); ours was
+    # "[QA pair 1]" / "[QA pair 2]" and "Your Answer:"
+    by_hand = ("Are the following two Question-Answer(QA) pairs semantically equivalent? Provide your best guess that "
+               "it is correct (True or False). Given ONLY the guess (True or False), no other words or explanation. "
+               "\n\nThe first QA pair is:\nQuestion: Q?\nAnswer: A1\n\nThe second QA pair is:\nQuestion: Q?\n"
+               "Answer: A2\n\nYour Guess (True or False):")
+    assert rowen.CHECK_CM.format(q="Q?", a1="A1", a2="A2") == by_hand
+    assert rowen.read_yes_no("Your Guess (True or False): False") is False     # the label echoed is no verdict
+
+
+def test_repair_prompt_option_in_a_run(monkeypatch, tiny):
+    # --repair-prompt correct: ours, whose scripted reply differs from the official prompt's
+    rules = {**SQA_RULES, "M": [("Search results:", "True")] + SQA_RULES["M"]}
+    out, script = run_scripted(monkeypatch, tiny, rules, SQA, threshold=1.1, repair_prompt="correct")
+    repair = [u for _, us in script.batches for u in us if "Search results:" in u]
+    assert len(repair) == 1 and repair[0].startswith("Search results:\n") and REPAIR_KEY not in repair[0]
+    assert out["prediction"] == "yes" and out["trace"]["repair_prompt"] == "correct"
+    out, script = run_scripted(monkeypatch, tiny, rules, SQA, threshold=1.1)
+    assert out["prediction"] == "no" and out["trace"]["repair_prompt"] == "official"   # REPAIR_KEY's "False."
+
+
+def test_the_settings_record_the_repair_prompt_and_refuse_another(tmp_path, monkeypatch, tiny_real):
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: tiny_real)
+    out = tmp_path / "run.jsonl"
+    argv = ["--dataset", "strategyqa", "--limit", "1", "--k", "1", "--output", str(out)]
+    rowen.main(argv)
+    assert json.loads(out.with_suffix(".settings.json").read_text())["--repair-prompt"] == "official"
+    with pytest.raises(common.InputError, match=r"made with --repair-prompt = official, this run has correct"):
+        rowen.main(argv + ["--repair-prompt", "correct"])
 
 
 def test_models_and_chat_turns(monkeypatch):
@@ -394,6 +480,10 @@ def run_scripted(monkeypatch, tiny, rules, record, **settings):
     return out, script
 
 
+# how a scripted model knows the repair prompt: a line of the official templates [default --repair-prompt]
+REPAIR_KEY = "4. Evidences that have been retrieved: "
+
+
 def first_word(user):
     return user.split("Question: ")[1].split()[0]
 
@@ -403,9 +493,9 @@ TQA = {"id": "t1", "question": "Can you see the Great Wall from the Moon?", "ans
 TQA_RULES = {
     "perturb": "Here are 3 questions:\n1. Is the Great Wall visible from the Moon?\n2. Wall from Moon?\n3. Moon view of the Wall?",
     "M": [("answer A in English", lambda u: {"Is": "True.", "Wall": "No.", "Moon": "True or False"}.get(first_word(u), "?")),
-          ("QA pair 1", lambda u: {"Is": "Yes", "Wall": "True", "Moon": "False."}.get(first_word(u), "?")),
+          ("The first QA pair is:", lambda u: {"Is": "Yes", "Wall": "True", "Moon": "False."}.get(first_word(u), "?")),
           ("Translate this sentence", lambda u: "ZH:" + u.split("\n")[-1]),
-          ("Search results:", "No, it is far too narrow."),
+          (REPAIR_KEY, "No, it is far too narrow."),
           ("without extra detail", "Yes, it can be seen."), ("不要添加多余的信息", "可以看到。"),
           ("Your answer", "Let me think. It is visible."), ("你的回答", "让我想想。")],
     "V": [("without extra detail", "No."), ("Your answer", "Hmm.")],
@@ -440,16 +530,17 @@ def test_truthfulqa_pipeline_hand_computed(monkeypatch, tiny):
     # the CL judge sees the English question, M's English answer r^j and its Chinese one r_T^j [official]
     assert "Question: " + xs[0] + "\nAnswer A (in English): Yes, it is visible.\nAnswer B (in Chinese): 可以看到。" in judge[0]
     assert judge == [rowen.CHECK_CL.format(language="Chinese", q=x, a1=a, a2=b) for x, a, b in zip(xs, en, zh)]
-    cm = [u for m, us in script.batches for u in us if "QA pair 1" in u]
+    cm = [u for m, us in script.batches for u in us if "The first QA pair is:" in u]
     # the CM judge: the same question twice, with M's answer r^j, then M_V's r_V^j
-    assert cm[0].count("Question: " + xs[0]) == 2 and "Answer: Yes, it is visible.\n\n[QA pair 2]" in cm[0]
-    assert cm[0].endswith("Answer: No.\n\nYour Answer:")
+    assert cm[0].count("Question: " + xs[0]) == 2 and "Answer: Yes, it is visible.\n\nThe second QA pair is:" in cm[0]
+    assert cm[0].endswith("Answer: No.\n\nYour Guess (True or False):")
     assert cm == [rowen.CHECK_CM.format(q=x, a1=a, a2=b) for x, a, b in zip(xs, en, mv)]
-    repair = [u for m, us in script.batches for u in us if "Search results:" in u]
-    # Eq. 7: x0, t0, r0 and the whole evidence, one line each
-    assert "Search results:\n" + evidence[0] + "\n" + evidence[1] + "\n\n" in repair[0]
-    assert "reasoned: Let me think. It is visible.\nIts answer was: " + r0 + "\n" in repair[0]
-    assert repair == [rowen.REPAIR["truthfulqa"].format(question=TQA["question"], initial_long_answer="Let me think. It is visible.",
+    repair = [u for m, us in script.batches for u in us if REPAIR_KEY in u]
+    # Eq. 7: x0, t0, r0 and the whole evidence, one line each, in the official template
+    assert REPAIR_KEY + evidence[0] + "\n" + evidence[1] + "\n\n" in repair[0]
+    assert "2. The reasoning process: Let me think. It is visible.\n3. The short answer previously given related to " \
+        "the question: " + r0 + "\n" in repair[0]
+    assert repair == [rowen.REPAIR["official"]["truthfulqa"].format(question=TQA["question"], initial_long_answer="Let me think. It is visible.",
                                                         initial_short_answer=r0, evidences="\n".join(evidence))]
     out, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA)        # the default hybrid threshold 0.5: 1.0 keeps r0
     assert out["trace"]["threshold"] == 0.5 and out["trace"]["decision"] is False
@@ -459,7 +550,7 @@ def test_judge_replies_that_say_no_in_passing_read_true(monkeypatch, tiny):
     # every judge answers "True" and goes on with a "no": the old reader wanted all yes/no words to agree,
     # read each as None (not consistent), so Z was 0.00 instead of 2.00 and the method retrieved
     rules = {**TQA_RULES, "M": [("answer A in English", "True, there is no contradiction."),
-                                ("QA pair 1", "True. Both say no.")] + TQA_RULES["M"]}
+                                ("The first QA pair is:", "True. Both say no.")] + TQA_RULES["M"]}
     out, _ = run_scripted(monkeypatch, tiny, rules, TQA)
     tr = out["trace"]
     assert tr["cl_verdicts"] == [True] * 3 and tr["cm_verdicts"] == [True] * 3
@@ -519,7 +610,7 @@ SQA_RULES = {
           # the question's first 9 characters and a word that finds a passage of CORPUS
           ("search-engine query", lambda u: "Query: " + u.split("Question: ")[1][:9] + " "
            + {"Did": "Moon", "Wer": "seeds", "Ari": "town"}[u.split("Question: ")[1][:3]] + "\nmore"),
-          ("Search results:", "False."),
+          (REPAIR_KEY, "False."),
           ("with a single word: True or False", "True"),
           ("是或否。不要解释", lambda u: {"Did": "是", "Wer": "否", "Ari": "不是"}[u.split("问题【问题")[1][:3]]),
           ("Your reasoning and verdict", "Thinking..."), ("你的推理和判断", "思考...")],
@@ -636,7 +727,7 @@ def test_cli_on_tiny_models(tmp_path, monkeypatch, tiny, verifier):
 def test_run_name_keeps_settings_apart():
     def name(**kw):
         defaults = dict(mode="hybrid", never_retrieve=False, always_retrieve=False, threshold=None, k=6, alpha=1.0,
-                        target_language="Chinese", verifier=rowen.VERIFIER)
+                        target_language="Chinese", verifier=rowen.VERIFIER, repair_prompt="official")
         return rowen.run_name(argparse.Namespace(**{**defaults, **kw}))
     assert name() == "rowen-hybrid"
     assert name(mode="cl", never_retrieve=True, verifier="x/y") == "rowen-cl-never"     # cl uses no verifier
@@ -644,6 +735,8 @@ def test_run_name_keeps_settings_apart():
     assert name(alpha=0.5) == "rowen-hybrid-a0.5"
     assert name(threshold=1.2, k=4, alpha=1.5, target_language="German") == "rowen-hybrid-t1.2-k4-a1.5-german"
     assert name(mode="cm", target_language="German", verifier="org/Model-7B") == "rowen-cm-v-Model-7B"
+    # ours (the repair prompt of the runs in results/) is named; the official default is not
+    assert name(always_retrieve=True, repair_prompt="correct") == "rowen-hybrid-always-repair-correct"
 
 
 # ---------------------------------------------------------------------------------------------- embedded models
@@ -786,9 +879,9 @@ def test_threshold_for_rate_by_hand():
 
 def test_calibrated_pair_gets_its_threshold_and_the_paper_rate_is_read_from_z(tmp_path, capsys):
     pair = ("qwen2.5-coder-1.5b", "smollm2-135m")
-    assert rowen.default_threshold("hybrid", *pair) == rowen.CALIBRATED[pair]
-    assert rowen.default_threshold("cl", *pair) == 0.6 and rowen.default_threshold("cm", *pair) == 0.8
-    assert rowen.default_threshold("hybrid", "qwen2.5-coder-0.5b", "smollm2-135m") == 0.5     # not calibrated
+    assert rowen.default_threshold("hybrid", *pair, "truthfulqa") == rowen.CALIBRATED[("truthfulqa", *pair)] == 1.25
+    assert rowen.default_threshold("cl", *pair, "truthfulqa") == 0.6 and rowen.default_threshold("cm", *pair) == 0.8
+    assert rowen.default_threshold("hybrid", "qwen2.5-coder-0.5b", "smollm2-135m", "truthfulqa") == 0.5  # not calibrated
     assert rowen.PAPER_RATES == {"truthfulqa": 0.23, "strategyqa": 0.20}                     # Table 5, Ratio
 
     def row(qid, z_cl, z_cm, task="truthfulqa"):
@@ -808,17 +901,55 @@ def test_calibrated_pair_gets_its_threshold_and_the_paper_rate_is_read_from_z(tm
     assert rowen.run_models(path) == pair and rowen.run_models(tmp_path / "none.jsonl") == (None, None)
     rowen.main(["--modes-from", str(path)])
     out = capsys.readouterr().out
-    assert f"Z_hybrid: AUC None; below threshold {rowen.CALIBRATED[pair]:g} it retrieves" in out
+    assert f"Z_hybrid: AUC None; below threshold {rowen.CALIBRATED[('truthfulqa', *pair)]:g} it retrieves" in out
     assert ("hybrid threshold at the paper's 23% retrieval rate (threshold_for_rate over 5 questions' Z, "
             "no answer read): 0.5, retrieving on 20%") in out
 
 
-def test_a_run_of_a_calibrated_pair_records_the_calibrated_threshold(tmp_path, monkeypatch, capsys, tiny_real):
+@pytest.mark.parametrize("calibrated_on", ["strategyqa", "truthfulqa"])
+def test_a_run_takes_its_own_tasks_calibrated_threshold_or_the_official_one(tmp_path, monkeypatch, capsys, tiny_real,
+                                                                            calibrated_on):
+    # a StrategyQA run of a pair calibrated on StrategyQA takes that value; of a pair calibrated on TruthfulQA
+    # only, the official 0.5 with a note (the old lookup by (M, M_V) alone gave it TruthfulQA's value)
     monkeypatch.setattr(common, "load_model", lambda *a, **k: tiny_real)
-    monkeypatch.setitem(rowen.CALIBRATED, (rowen.MODEL, rowen.VERIFIER), 0.9)
+    monkeypatch.setitem(rowen.CALIBRATED, (calibrated_on, rowen.MODEL, rowen.VERIFIER), 0.9)
     out = tmp_path / "run.jsonl"
     rowen.main(["--dataset", "strategyqa", "--limit", "1", "--k", "1", "--output", str(out)])
-    assert (f"hybrid threshold 0.9: calibrated for M {rowen.MODEL} with M_V {rowen.VERIFIER} (rowen.CALIBRATED; "
-            "the official default is 0.5)") in capsys.readouterr().err
-    assert json.loads(out.with_suffix(".settings.json").read_text())["--threshold"] == 0.9
-    assert json.loads(out.read_text().splitlines()[0])["trace"]["threshold"] == 0.9
+    err, pair = capsys.readouterr().err, f"on strategyqa for M {rowen.MODEL} with M_V {rowen.VERIFIER}"
+    expected = 0.9 if calibrated_on == "strategyqa" else 0.5
+    if calibrated_on == "strategyqa":
+        assert f"hybrid threshold 0.9: calibrated {pair} (rowen.CALIBRATED, in-sample; the official default is 0.5)" in err
+    else:
+        assert (f"note: hybrid threshold 0.5, the official default: none is calibrated {pair} (rowen.CALIBRATED has "
+                "truthfulqa: another task's value is never used)") in err
+    assert json.loads(out.with_suffix(".settings.json").read_text())["--threshold"] == expected
+    assert json.loads(out.read_text().splitlines()[0])["trace"]["threshold"] == expected
+
+
+def test_strategyqa_rows_are_read_at_strategyqa_s_threshold():
+    # hybrid Z 1.0 lies between StrategyQA's 0.92 (keep r0) and TruthfulQA's 1.25 (repair): the old lookup
+    # by (M, M_V) read StrategyQA rows at 1.25
+    pair = ("qwen2.5-coder-1.5b", "smollm2-135m")
+    row = {"id": "s", "answers": ["no"], "label": False, "prediction": "yes", "retrievals": 2, "model_calls": 40,
+           "seconds": 1.0, "trace": {"task": "strategyqa", "z_cl": 0.5, "z_cm": 0.5, "alpha": 1.0, "retrieved": True,
+                                     "queries": ["q1", "q2"], "initial_answer": "No", "final_answer": "Yes"}}
+    assert rowen.modes_from_run([row], *pair)["hybrid"][0]["prediction"] == "no"
+    assert rowen.detection_quality([row], *pair)["hybrid"]["threshold"] == 0.92
+    assert rowen.modes_from_run([{**row, "trace": {**row["trace"], "task": "truthfulqa"}}], *pair)["hybrid"][0][
+        "prediction"] == "Yes"                                              # TruthfulQA's 1.25: repaired
+    assert rowen.default_threshold("hybrid", *pair) == 0.5                 # no task: never a task's value
+
+
+@pytest.mark.parametrize("task,rate_of_the_other", [("truthfulqa", None), ("strategyqa", 0.40)])
+def test_each_calibrated_threshold_is_read_from_its_own_tasks_z(task, rate_of_the_other):
+    """CALIBRATED's values are rate_calibration over their own task's --never-retrieve run (Z only, in-sample:
+    the same 50 questions the results report); TruthfulQA's 1.25 retrieves on 40% of StrategyQA's 50."""
+    pair = ("qwen2.5-coder-1.5b", "smollm2-135m")
+    path = f"results/{task}50-{pair[0]}/rowen-hybrid-never.jsonl"
+    rows = metrics.read_rows(path)
+    assert rowen.run_models(path) == pair and rowen.rows_task(rows) == task and len(rows) == 50
+    assert rowen.rate_calibration(rows)["threshold"] == rowen.CALIBRATED[(task, *pair)]
+    if rate_of_the_other is not None:
+        zs = [rowen.mode_score(r["trace"], "hybrid") for r in rows]
+        assert sum(z < rowen.CALIBRATED[("truthfulqa", *pair)] for z in zs) / 50 == rate_of_the_other
+        assert sum(z < rowen.CALIBRATED[(task, *pair)] for z in zs) / 50 == 0.14

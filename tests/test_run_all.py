@@ -226,54 +226,68 @@ def test_runs_at_one_point_of_the_plot_share_one_label():
     assert run_all.point_labels([(9.0, 1.0, "ctrla-tau2.5")], [], "ctrla") == [(9.0, 1.0, "τ 2.5", False)]
 
 
-def test_table_reads_seakr_answers_again(tmp_path):
-    # a run made before the run-on cut: "Paris.Human: ..." is read as "Paris" (EM 1), the run file unchanged
+def test_table_reads_seakr_answers_as_the_official_code(tmp_path):
+    # runs made before the official reading: "Paris.Human: ..." and "Paris, France" are read as "Paris"
+    # (EM 1), the run files unchanged; CtrlA's own reading is kept in its row
     write(tmp_path / "ircot.jsonl", [qa("1", "Paris.Human: Given the context, what is", 1), qa("2", "Rome", 1)])
-    write(tmp_path / "cot.jsonl", [qa("1", "Paris", 0), qa("2", "", 0)])
-    write(tmp_path / "ctrla-never.jsonl", [qa("1", "Paris.Human: What", 0), qa("2", "Rome", 0)])  # not SeaKR's: as run
+    write(tmp_path / "cot.jsonl", [qa("1", "Paris, France", 0), qa("2", "", 0)])
+    write(tmp_path / "ctrla-never.jsonl", [qa("1", "Paris, France", 0), qa("2", "Rome", 0)])  # not SeaKR's: as run
     write(tmp_path / "seakr-no-sa-retrieval.jsonl", [])                             # just started: no row
     run_all.main(["--out", str(tmp_path), "--table-only"])
     figures = json.loads((tmp_path / "figures.json").read_text())
-    assert figures["ircot"]["em"] == 0.5 and figures["reread"] == {"ircot": {"1": "Paris"}}
+    assert figures["ircot"]["em"] == 0.5 and figures["reread"] == {"ircot": {"1": "Paris"}, "cot": {"1": "Paris"}}
+    assert figures["cot"]["em"] == 0.5
     assert figures["ctrla-never"]["em"] == 0.0
     table = (tmp_path / "table.md").read_text()
-    assert "ircot 1 of 2 predictions changed; the run files keep them as run." in table
+    assert "cot 1 of 2, ircot 1 of 2 predictions changed; the run files keep them as run." in table
     assert "S.A. Retrieval" not in table and "seakr-no-sa-retrieval" not in figures
     assert "Paris.Human" in (tmp_path / "ircot.jsonl").read_text()
-    assert "No step that a loop kept before its question's last names an answer that runs on" in table
-    assert "run_on_steps" not in figures
+    assert "In no question would the official reading have taken another course" in table
+    assert "course_changes" not in figures
+    # every run under the one rule: CtrlA's "Paris, France" is "Paris" there, EM 0.5; SeaKR's as above
+    assert figures["one_rule"] == {"ircot": {"em": 0.5, "f1": 0.5}, "cot": {"em": 0.5, "f1": 0.5},
+                                   "ctrla-never": {"em": 0.5, "f1": 0.5}}
+    assert "| CtrlA, never retrieve | 50.0 | 50.0 |" in table
 
 
-def test_a_step_before_the_last_that_runs_on_is_named(tmp_path):
-    # today's code would have stopped at the first step of q1 (IRCoT) and at the second of q2 (SeaKR: the
-    # chosen candidate's regenerated text is what the loop kept); q3's run-on is in its last step only
+def test_one_rule_is_left_out_where_no_reading_differs(tmp_path):
+    write(tmp_path / "cot.jsonl", [qa("1", "Paris", 0), qa("2", "Rome", 0)])
+    write(tmp_path / "ctrla-never.jsonl", [qa("1", "Paris", 0), qa("2", "", 0)])
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    assert "one_rule" not in json.loads((tmp_path / "figures.json").read_text())
+    assert "under one rule" not in (tmp_path / "table.md").read_text()
+
+
+def test_a_step_before_the_last_that_names_an_answer_officially_is_named(tmp_path):
+    # today's code would have stopped at the first step of q1 (IRCoT: a period after its answer) and at
+    # the second of q2 (SeaKR: the chosen candidate's regenerated text is what the loop kept); q3's last
+    # step is not checked; q4's CoT chain names its answer with no comma or period after it (forced today)
     step = lambda text, **k: {"text": text, **k}
-    ircot = [{**qa("1", "Rome.Human: What", 1), "trace": {"steps": [
-                 step("So the answer is Rome.Human: Where is"), step("So the answer is Rome.Human: What")]}},
-             {**qa("3", "Paris.Human: Who", 1), "trace": {"steps": [
-                 step("Paris is in France"), step("So the answer is Paris.Human: Who")]}}]
-    seakr = [{**qa("2", "Paris.Human: Who", 1), "trace": {"steps": [
-                 step("Mr. Smith lives in Paris"),
+    ircot = [{**qa("1", "Rome", 1), "trace": {"steps": [
+                 step("So the answer is Rome, Italy"), step("So the answer is Rome")]}},
+             {**qa("3", "Paris", 1), "trace": {"steps": [
+                 step("Paris is in France"), step("So the answer is Paris.")]}}]
+    seakr = [{**qa("2", "Paris", 1), "trace": {"steps": [
+                 step("Mr Smith lives in Paris"),
                  step("So the answer is Rome", candidates=[{"id": "c1", "text": "So the answer is Rome"},
-                                                           {"id": "c2", "text": "So the answer is Paris.Human: Who"}],
+                                                           {"id": "c2", "text": "So the answer is Paris."}],
                       chosen="c2"),
-                 step("So the answer is Paris.Human: Who")]}}]
+                 step("So the answer is Paris")]}}]
     write(tmp_path / "ircot.jsonl", ircot)
     write(tmp_path / "seakr-delta0.41.jsonl", seakr + [qa("5", "Paris", 0)])   # as many questions as ircot
-    # a run whose answers all ended cleanly, but a step before the last ran on: checked too
-    write(tmp_path / "cot.jsonl", [{**qa("4", "Rome", 0), "trace": {"steps": [
-        step("So the answer is Paris.Human: Where"), step("So the answer is Rome")]}}, qa("6", "Paris", 0)])
+    write(tmp_path / "cot.jsonl", [{**qa("4", "Rome", 0), "trace": {"chain": "It is Rome. So the answer is Rome"}},
+                                   {**qa("6", "Paris", 0), "trace": {"chain": "So the answer is Paris."}}])
     run_all.main(["--out", str(tmp_path), "--table-only"])
     figures = json.loads((tmp_path / "figures.json").read_text())
-    assert figures["run_on_steps"] == {"seakr-delta0.41": ["2"], "cot": ["4"], "ircot": ["1"]}
+    assert figures["course_changes"] == {"seakr-delta0.41": ["2"], "cot": ["4"], "ircot": ["1"]}
     assert "seakr-delta0.41: 2; cot: 4; ircot: 1." in (tmp_path / "table.md").read_text()
-    assert "cot" not in figures["reread"]
-    only = tmp_path / "only"                         # nothing re-read, a step still named
+    assert "reread" not in figures
+    only = tmp_path / "only"                         # nothing re-read, a question still named
     only.mkdir()
     (only / "cot.jsonl").write_text((tmp_path / "cot.jsonl").read_text())
     run_all.main(["--out", str(only), "--table-only"])
     assert "no predictions changed" in (only / "table.md").read_text()
-    assert json.loads((only / "figures.json").read_text())["run_on_steps"] == {"cot": ["4"]}
+    assert json.loads((only / "figures.json").read_text())["course_changes"] == {"cot": ["4"]}
 
 
 def test_table_gives_seakrs_step_signal_from_a_seakr_run_and_cot(tmp_path):
@@ -415,8 +429,9 @@ def test_rowen_thresholds_of_the_runs_pair_and_at_the_papers_rate(tmp_path):
     run_all.main(["--out", str(tmp_path), "--table-only", "--zs", "1.5"])
     figures = json.loads((tmp_path / "figures.json").read_text())
     table = (tmp_path / "table.md").read_text()
-    # Rowen-Hybrid at the pair's calibrated threshold (Z 0 and 1 retrieve below 1.25: 2 of 5, both repaired to "yes")
-    t = rowen.CALIBRATED[pair]
+    # Rowen-Hybrid at the pair's threshold calibrated on StrategyQA (Z 0 retrieves below 0.92: 1 of 5)
+    t = rowen.CALIBRATED[("strategyqa", *pair)]
+    assert t == 0.92 and rowen.CALIBRATED[("truthfulqa", *pair)] == 1.25
     assert f"| Rowen-Hybrid (threshold {t:g}) | 5 |" in table
     assert figures["rowen-hybrid"]["retrieval_rate"] == sum(z < t for z in (0, 1, 2, 2, 2)) / 5
     # the --zs value, then this run's own Z at the paper's StrategyQA rate (no answer read): 0.5, 1 of 5

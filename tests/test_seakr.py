@@ -9,6 +9,7 @@ import torch
 
 import common
 import retrieval
+import eval as metrics
 import seakr
 
 
@@ -88,66 +89,42 @@ def test_choose_answer():
     assert seakr.choose_answer("A", 0.0, "unknown", -9.0) == ("A", "rationales")
 
 
+# The official reading (THU-KEG/SeaKR reasoner.py _check_final_answer), each value worked out by hand from
+# its two patterns on the lowercased text: what follows "the answer is" up to the first comma or period;
+# else what precedes "is the answer" after a sentence end. Ours keeps the case.
 @pytest.mark.parametrize("text,answer", [
     ("So the answer is Paris.", "Paris"),
-    ("So the answer is August 25, 1963.", "August 25, 1963"),     # official code: "august 25"
-    ("So the answer is Edward L. Cahn.", "Edward L. Cahn"),       # official code: "edward l"
-    ("Thus the answer is: U.S. Navy. Then", "U.S. Navy"),
-    ("Rome is the answer.", None),                                # needs a sentence before it
+    ("So the answer is August 25, 1963.", "August 25"),
+    ("So the answer is Mumbai, India.", "Mumbai"),
+    ("So the answer is no, they do not have the same nationality.", "no"),
+    ("So the answer is Edward L. Cahn.", "Edward L"),
+    ("So the answer is 3.5 million.", "3"),
+    ("So the answer is 1860.Human: Given the context, what", "1860"),
+    ("Thus the answer is: U.S. Navy. Then", "U"),                 # ": " belongs to the pattern
+    ("So THE ANSWER IS Rome.", "Rome"),                           # official lowercases first
+    ("So the answer is\nParis.", "Paris"),                        # across lines (re.DOTALL)
+    ("So the answer is Paris", None),                             # no comma or period after it
+    ("So the answer is Paris! Really", None),
+    ("Rome is the answer.", None),                                # needs a sentence end before it
     ("I think. Rome is the answer.", "Rome"),
     ("No pattern here.", None),
-    ("So the answer is Dr. Who.", "Dr. Who"),                     # titles and places stay whole
-    ("So the answer is St. Louis, Missouri.", "St. Louis, Missouri"),
-    ("So the answer is Mt. Everest. It is the highest.", "Mt. Everest"),
-    ("So the answer is Paris! Really", "Paris"),
-    # quotes and markdown around the answer are not part of it (cut_answer strips " ' *)
-    ('So the answer is "Paris".', "Paris"),
-    ("So the answer is **Paris**.", "Paris"),
-    # a model that runs on into a turn of its own with no space after the period (Qwen2.5-Coder-1.5B,
-    # HotpotQA 5adf37a95542995ec70e8f97 and 5a85ea095542994775f606a8); a decimal point is no end
-    ("So the answer is 1860.Human: Given the context, what was founded in 1860?", "1860"),
-    ("So the answer is The Hork-Bajir Chronicles.Human: What is the name", "The Hork-Bajir Chronicles"),
-    ("So the answer is 3.5 million.", "3.5 million"),
-    ("So the answer is St.Louis.", "St.Louis"),
-    # a capital letter alone before a period: an initial only when a capitalised name follows
-    ("So the answer is World War I. It ended in 1918.", "World War I"),   # was "World War I. It ended in 1918"
-    ("So the answer is Edward L. Cahn. He died in 1963.", "Edward L. Cahn"),
-    ("So the answer is Vitamin C. 1918 saw", "Vitamin C"),
-    ("So the answer is Plan B. then", "Plan B"),
-    ("Thus the answer is: U.S. Navy. Then", "U.S. Navy"),
-    # an empty answer is no answer (official check_final_step: "" is falsy)
-    ("I think. is the answer", None),                            # was ""
-    ("I think. is the answer. Rome", None),
+    ("", None),
+    # an empty answer is no answer (official "": check_final_step and read_all_steps take it as none)
+    ("I think. is the answer", None),
     ("So the answer is .", None),
 ])
-def test_extract_answer(text, answer):
-    assert seakr.extract_answer(text) == answer
-    if answer is not None:      # an answer read again is the same answer (run_all re-reads old run files)
-        assert seakr.cut_answer(answer) == answer
+def test_read_answer_is_the_official_reading(text, answer):
+    assert metrics.read_answer(text) == answer
+    if answer is not None:                      # case aside, what the official function returns
+        assert metrics.read_answer(text.lower()) == answer.lower()
 
 
-@pytest.mark.parametrize("text, runs_on", [
-    ("So the answer is 1860.Human: Given the context", True),
-    ("Paris is in France. So the answer is Paris.Human: What", True),
-    ("So the answer is 3.5 million.", False),                  # a decimal point
-    ("So the answer is St.Louis.", False),                     # after an abbreviation
-    ("So the answer is Paris. Human: What", False),            # a space: a sentence end, read so then too
-    ("So the answer is Paris\nIt.Human", False),               # past the answer's line
-    ("Paris.Human: What", False),                              # no answer named
-])
-def test_answer_runs_on(text, runs_on):
-    assert seakr.answer_runs_on(text) is runs_on
-
-
-def test_sentence_ends_decide_an_initial_from_what_follows():
-    assert seakr.sentences("World War I. It ended in 1918. Edward L. Cahn directed it.") == [
-        "World War I.", "It ended in 1918.", "Edward L. Cahn directed it."]
-    assert seakr.sentences("He served in the U.S. Navy. In 1918 he left the U.S. Then he died.") == [
-        "He served in the U.S. Navy.", "In 1918 he left the U.S.", "Then he died."]
-    assert seakr.sentences("Thus it is Edward L.") == ["Thus it is Edward L."]
-    text = "It is World War I. Thus, Cahn. St. Louis is a city"
-    assert seakr.sentence_ends(text) == [(17, 18), (29, 30)]      # not after "St"
-    assert text[16:18] == "I." and text[27:30] == "hn."
+def test_forced_continuation_read_to_its_first_comma_or_period_else_whole():
+    assert seakr.forced_reading(" Paris.") == "Paris"
+    assert seakr.forced_reading(" 1860.Human: Given the context") == "1860"     # official: the whole line
+    assert seakr.forced_reading(" Mumbai, India") == "Mumbai"
+    assert seakr.forced_reading(" Paris") == "Paris"                            # no comma or period: whole
+    assert seakr.forced_reading(" ") is None and seakr.forced_reading("") is None
 
 
 def as_generated(tok, raw: str, stop) -> common.Generation:
@@ -163,39 +140,27 @@ def as_generated(tok, raw: str, stop) -> common.Generation:
     return common.Generation(common.decode_continuations(tok, [ids])[0], ids, [0.0] * len(ids), "eos")
 
 
-# (what the model writes, the step's text once the stops cut it, the answer that ends the loop)
+# (what the model writes, the step's text once the stops cut it, the answer that ends the loop: the official
+# reading of the step with the ". " stop that cut it; official check_final_step reads vLLM's text without it,
+# where "Paris", "Edward L" and "St" are not final)
 FINAL_STEPS = [
     ("So the answer is Paris.\n\nQuestion:", "So the answer is Paris.", "Paris"),
-    ("So the answer is Paris. It is in France.", "So the answer is Paris", "Paris"),     # official: not final
-    ("So the answer is Edward L. Cahn.\n\n", "So the answer is Edward L", None),        # was "Edward L"
-    ("So the answer is St. Louis.\n\n", "So the answer is St", None),                    # was "St"
-    ("So the answer is World War I. It ended in 1918.", "So the answer is World War I", "World War I"),
+    ("So the answer is Paris. It is in France.", "So the answer is Paris", "Paris"),
+    ("So the answer is August 25, 1963. He died", "So the answer is August 25, 1963", "August 25"),
+    ("So the answer is Edward L. Cahn.\n\n", "So the answer is Edward L", "Edward L"),   # as official reads it
+    ("So the answer is St. Louis.\n\n", "So the answer is St", "St"),
+    ("So the answer is Paris\n\nQuestion:", "So the answer is Paris", None),         # official: not final
     ("Edward L. Cahn directed it.", "Edward L", None),
 ]
 
 
 @pytest.mark.parametrize("raw,text,answer", FINAL_STEPS)
-def test_final_step_guards_an_answer_cut_inside_a_name(real_tok, raw, text, answer):
+def test_a_step_is_final_when_it_names_an_answer_with_its_stop(real_tok, raw, text, answer):
     g = as_generated(real_tok, raw, seakr.stop_strings(False, final=False))
     assert g.text.strip() == text
-    after = seakr.continuation(real_tok, g)
-    assert after.startswith(g.finish)            # the stop string, then the rest of the token that completed it
-    assert seakr.step_answer(real_tok, g) == answer
-    assert seakr.final_answer(g.text) == seakr.extract_answer(text)     # the text alone cannot tell
-
-
-def test_final_answer_by_hand():
-    assert seakr.final_answer("So the answer is Paris.") == "Paris"
-    assert seakr.final_answer("So the answer is Paris", ". It is") == "Paris"
-    assert seakr.final_answer("So the answer is Edward L", ". Cahn") is None
-    assert seakr.final_answer("So the answer is Edward L", ". C") is None           # a partial token
-    assert seakr.final_answer("So the answer is St", ". Louis") is None
-    assert seakr.final_answer("So the answer is St", ". ") is None
-    assert seakr.final_answer("So the answer is Edward L") == "Edward L"            # ended by EOS
-    assert seakr.final_answer("So the answer is Paris", "\nQuestion") == "Paris"
-    assert seakr.final_answer("I think. is the answer") is None                     # was ""
-    assert seakr.final_answer("Cahn directed it", ". So") is None
-    assert seakr.continuation(None, common.Generation("So", [1], [0.0], "eos")) == ""
+    assert seakr.step_answer(g) == answer
+    if g.finish != ". ":                        # only the ". " stop differs from the official test
+        assert answer == metrics.read_answer(text)
 
 
 def scripted(monkeypatch, tok, replies: list, scores: list | None = None):
@@ -221,11 +186,12 @@ def scripted(monkeypatch, tok, replies: list, scores: list | None = None):
 
 @pytest.mark.parametrize("first,steps", [
     ("So the answer is Paris.\n\n", ["So the answer is Paris."]),
+    ("So the answer is August 25, 1963. He died", ["So the answer is August 25, 1963"]),
     ("So the answer is Paris. It is in France.", ["So the answer is Paris"]),
-    ("So the answer is Edward L. Cahn.\n\n", ["So the answer is Edward L", "So the answer is Edward Cahn."]),
-    ("So the answer is St. Louis.\n\n", ["So the answer is St", "So the answer is Edward Cahn."]),
+    ("So the answer is Paris\n\nQuestion:", ["So the answer is Paris", "So the answer is Edward Cahn."]),
+    ("Edward L. Cahn directed it.", ["Edward L", "So the answer is Edward Cahn."]),
 ])
-def test_loop_goes_on_after_an_answer_cut_inside_a_name(real_tok, monkeypatch, first, steps):
+def test_loop_ends_at_a_step_that_names_its_answer_and_goes_on_otherwise(real_tok, monkeypatch, first, steps):
     asked = scripted(monkeypatch, real_tok, [first, "So the answer is Edward Cahn.\n\n"])
     s = seakr.Settings(delta=0.0, layer=0)          # U = -7 <= 0: every step certain, no retrieval
     out = seakr.solve_multihop(None, real_tok, common.BM25(CORPUS), "P", "Q", s, seakr.Budget(0))
@@ -246,8 +212,10 @@ def test_loop_goes_on_after_an_empty_answer(real_tok, monkeypatch):
     assert len(asked) == 2 and [st["text"] for st in out["trace"]["steps"]] == [text, "So the answer is Rome."]
 
 
-def test_ircot_does_not_end_on_an_answer_cut_inside_a_name(real_tok, monkeypatch):
-    replies = ["Beta was born in Gamma, so the answer is St. Louis.\n\n", "So the answer is Saint Louis.\n\n"]
+def test_ircot_ends_at_a_step_that_names_its_answer_as_seakrs_loop(real_tok, monkeypatch):
+    """IRCoT's steps end the chain by SeaKR's test (step_answer): an answer with no comma or period after
+    it, and no ". " stop, is none; the next step's is."""
+    replies = ["Beta was born in Gamma, so the answer is Gamma\n\n", "So the answer is Gamma. It is a city"]
     seen = []
 
     def greedy(model, tok, prompt, max_new_tokens=64, stop=()):
@@ -257,9 +225,9 @@ def test_ircot_does_not_end_on_an_answer_cut_inside_a_name(real_tok, monkeypatch
     s = seakr.Settings(delta=0.0, layer=0, retrieve="ircot")
     out = seakr.solve_multihop(None, real_tok, common.BM25(CORPUS), "P", "Where was Beta born?", s,
                                seakr.Budget(0))
-    assert [st["text"] for st in out["trace"]["steps"]] == ["Beta was born in Gamma, so the answer is St",
-                                                           "So the answer is Saint Louis."]
-    assert out["prediction"] == "Saint Louis" and out["retrievals"] == 2 == len(seen)   # was "St" after one step
+    assert [st["text"] for st in out["trace"]["steps"]] == ["Beta was born in Gamma, so the answer is Gamma",
+                                                           "So the answer is Gamma"]
+    assert out["prediction"] == "Gamma" and out["retrievals"] == 2 == len(seen)     # no forced answer
 
 
 @pytest.mark.parametrize("mode,retrievals", [("adaptive", 0), ("no-sa-retrieval", 1)])
@@ -619,13 +587,14 @@ def fake_calls(monkeypatch, reply: str):
 def test_rationales_drop_every_answer_sentence_whole(monkeypatch):
     seen = fake_calls(monkeypatch, "So the answer is Cahn.")
     s = seakr.Settings(delta=0.0, layer=0, final="rationales")
-    steps = ["The film Laughter In Hell was directed by Edward L. Cahn.",
-             "Edward L. Cahn died in St. Louis. So the answer is Edward L. Cahn. Rome is the answer."]
+    # a first step holds no ". " (the stop string) but may hold "? ", "! " or a line break
+    steps = ["The film Laughter In Hell was directed by Edward L Cahn",
+             "Was he born in St Louis? Yes!\nSo the answer is Edward L Cahn? Rome is the answer."]
     out = seakr.reason(None, None, "P", "Q", steps, [], s, seakr.Budget(0))
     prompt = seen[0][1]
-    # official filter_last_step: both answer sentences go, "Cahn." does not leak, "St. Louis." stays
-    assert prompt.endswith("Context: [1] The film Laughter In Hell was directed by Edward L. Cahn.\n"
-                           "[2] Edward L. Cahn died in St. Louis.\nAnswer in the same format as before. "
+    # official filter_last_step: both answer sentences go, the others stay whole
+    assert prompt.endswith("Context: [1] The film Laughter In Hell was directed by Edward L Cahn\n"
+                           "[2] Was he born in St Louis? Yes!\nAnswer in the same format as before. "
                            "\nQuestion: Q\nAnswer:")
     assert out["step_answer"] == "Cahn"
     assert seakr.drop_answer_sentences("So the answer is Rome.") == ""
@@ -660,7 +629,7 @@ def test_final_reasoning_follows_the_official_code_not_the_paper(monkeypatch):
     assert "not the paper" in seakr.reason.__doc__ and "not the paper" in seakr.__doc__
 
 
-def test_forced_answer_is_100_tokens_multihop_20_simple(monkeypatch):
+def test_forced_answer_is_100_tokens_in_reasoning_20_in_simple_qa_and_the_baselines(monkeypatch):
     seen = fake_calls(monkeypatch, "no answer here")
     s = seakr.Settings(delta=0.0, layer=0, final="rationales")
     out = seakr.reason(None, None, "P", "Q", ["A step."], [], s, seakr.Budget(0))
@@ -672,6 +641,10 @@ def test_forced_answer_is_100_tokens_multihop_20_simple(monkeypatch):
     assert answer == "Rome"
     assert [(kind, n) for kind, _, n in seen] == [("call", None), ("greedy", 20)]    # official gen_loop
     assert seen[1][1] == "P\nAnswer: no answer here So the answer is"
+    seen.clear()            # CoT (DRAGIN src/eval.py: exemplars, question and chain, 20 tokens)
+    text, answer = seakr.chain(None, None, "P\nAnswer:", seakr.BASE_STOP, seakr.Budget(0), 64)
+    assert answer == "Rome" and [(kind, n) for kind, _, n in seen] == [("greedy", 64), ("greedy", 20)]
+    assert seen[1][1] == "P\nAnswer: Rome. So the answer is"      # fake greedy's chain is " Rome."
 
 
 def no_sampling(monkeypatch):
@@ -707,6 +680,41 @@ class RecordingBM25(retrieval.LocalBM25):
     def search(self, query, k):
         self.queries.append(query)
         return super().search(query, k)
+
+
+def test_ircot_forces_its_answer_without_passages_in_20_tokens(real_tok, monkeypatch):
+    """DRAGIN src/eval.py regenerate_answer: the exemplars, the question and the chain, no passages, 20 tokens."""
+    seen = []
+
+    def greedy(model, tok, prompt, max_new_tokens=64, stop=()):      # steps that name no answer, then forced
+        seen.append((prompt, max_new_tokens))
+        return as_generated(tok, " Gamma." if prompt.endswith("So the answer is") else "Beta is a builder\n\n", stop)
+    monkeypatch.setattr(seakr.common, "greedy", greedy)
+    s = seakr.Settings(delta=0.0, layer=0, retrieve="ircot")
+    out = seakr.solve_multihop(None, real_tok, common.BM25(CORPUS), "P", "Where was Beta born?", s, seakr.Budget(0))
+    assert out["prediction"] == "Gamma" and out["retrievals"] == len(seen) - 1 >= 2
+    prompt, n = seen[-1]
+    assert n == 20 and "Context" not in prompt
+    assert prompt == ("P\n\nAnswer in the same format as before. \nQuestion: Where was Beta born?\nAnswer: "
+                      + " ".join(st["text"] + "." for st in out["trace"]["steps"] if st.get("text"))
+                      + " So the answer is")
+
+
+@pytest.mark.parametrize("dataset,tokens", [("hotpotqa", 100), ("2wikimultihopqa", 64)])
+def test_cot_length_is_dragins_per_dataset(tmp_path, monkeypatch, tiny_real, dataset, tokens):
+    """DRAGIN config/Llama2-7b-chat/<dataset>/wo-RAG.json generate_max_length: 2Wiki 64, HotpotQA 100, IIRC 128."""
+    assert seakr.COT_TOKENS == {"2wikimultihopqa": 64, "hotpotqa": 100, "iirc": 128}
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: tiny_real)
+    asked = []
+    real = common.greedy
+
+    def greedy(m, t, prompt, max_new_tokens=64, stop=()):
+        asked.append(max_new_tokens)
+        return real(m, t, prompt, max_new_tokens=max_new_tokens, stop=stop)
+    monkeypatch.setattr(seakr.common, "greedy", greedy)
+    seakr.main(["--model", "smollm2-135m", "--dataset", dataset, "--limit", "1", "--retrieve", "never",
+                "--output", str(tmp_path / "cot.jsonl")])
+    assert asked[0] == tokens and all(n == 20 for n in asked[1:])
 
 
 def test_ircot_retrieves_every_step_and_takes_the_top_hit(tiny, monkeypatch):
@@ -930,3 +938,14 @@ def test_simple_qa_tries_bm25s_top_ten(real_tok, monkeypatch):
     assert seakr.SIMPLE_QA_N == 10 and len(cands) == 10 and len(asked) == 11 and out["retrievals"] == 1
     assert [c["id"] for c in cands] == [h["id"] for h in common.BM25(corpus).search("Where did Omega go?", 10)]
     assert out["trace"]["chosen"] == cands[9]["id"] and out["prediction"] == "City 10"
+
+
+def test_simple_qa_cuts_its_query_to_64_tokens_as_the_loop_does(real_tok, monkeypatch):
+    """[official _retrieve max_query_length=64] the adaptive simple-QA search gets the question's last 64
+    tokens, as its IRCoT and the multi-hop loop do (it got the whole question)."""
+    question = " ".join(f"w{i}" for i in range(80)) + " Where did Omega go?"
+    bm25 = RecordingBM25([{"id": "p0", "title": "Omega", "text": "Omega went to Rome."}])
+    scripted(monkeypatch, real_tok, ["So the answer is Rome.\n"] * 2, [1.0, -5.0])     # uncertain: retrieve
+    seakr.solve_simple(None, real_tok, bm25, "P", question, seakr.Settings(delta=0.0, layer=0), seakr.Budget(0))
+    assert bm25.queries == [seakr.truncate_query(real_tok, question)] and bm25.queries[0] != question
+    assert len(real_tok(bm25.queries[0], add_special_tokens=False)["input_ids"]) <= 64
