@@ -148,6 +148,16 @@ def accuracy(pred, golds):
     return int(any(a and a in p for a in aliases))
 
 
+def inside_a_word(pred, golds):
+    """Whether `accuracy` counts the prediction right only through a gold alias found inside a word ("pol"
+    in "political science"): no alias stands on word boundaries. The tables count such hits, the metric
+    keeps them (the official one)."""
+    if not accuracy(pred, golds):
+        return False
+    p = " " + _ctrla_normalize(pred) + " "
+    return not any(a and f" {a} " in p for a in (_ctrla_normalize(g) for g in _as_list(golds) if isinstance(g, str)))
+
+
 # ---------------------------------------------------------------- StrategyQA (Rowen)
 
 def parse_yes_no(text):
@@ -543,7 +553,8 @@ def signal_scores(rows):
         return ("CtrlA", {TRIGGER: [float(any(g["trigger"] for g in segs)) for segs in segments],
                           "-(lowest score - tau)": [-min((x for g in segs for x in g["scores"]), default=0.0)
                                                    for segs in segments],
-                          LENGTH: [words(r.get("prediction")) for r in rows]},
+                          # the chain as generated (trace "answer"), not a forced answer the table reads
+                          LENGTH: [words(r["trace"].get("answer", r.get("prediction"))) for r in rows]},
                 [not is_right(r) for r in rows])
     return None
 

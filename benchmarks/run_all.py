@@ -621,12 +621,21 @@ def main(argv=None):
                      + ", ".join(f"{name} {k} of {n[name]}" + (f" ({left} still without one)" if left else "")
                                  for name, (k, left, _) in forced.items())
                      + "; the run files keep their answers as run.")
+    inside = {label: (k, round(s["acc"] * s["n"])) for _, _, label, s, run_rows in rows if "acc" in s
+              and (k := sum(metrics.inside_a_word(r.get("prediction"), r.get("answers")) for r in run_rows))}
+    if inside:      # the official metric kept, its substring hits counted
+        parts.append("acc is CtrlA's official `match`, a substring test: a gold alias found inside a word counts "
+                     "(\"pol\" in \"political science\"; `eval.inside_a_word`): "
+                     + ", ".join(f"{k} of the {n} right answers of {label}" for label, (k, n) in inside.items())
+                     + " are such hits.")
     total = sum(s["sec_per_q"] * s["n"] for name, _, _, s, _ in rows if name in runs(a) or name in SIGNAL_RUNS)
     total += sum(r.get("seconds") or 0 for name, _ in signals if name not in runs(a) and name not in SIGNAL_RUNS
                  for r in files[name])      # signal files under names of their own (Rowen's verifier runs)
     figures = {name: s for name, _, _, s, _ in rows}
     if in_progress:
         figures["in_progress"] = in_progress
+    if inside:
+        figures["acc_inside_a_word"] = {label: list(kn) for label, kn in inside.items()}
     if reread:
         figures["reread"] = reread
     if forced:      # the counts, and the answers changed (view.py shows them beside the answers as run)

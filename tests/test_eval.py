@@ -553,3 +553,14 @@ def test_closer_to_correct_needs_a_strictly_closer_correct_answer():
     assert ev.truthful_scores(tie)["closer_to_correct"] == 0
     assert ev.truthful_scores(tqa_row("Nothing happens", "Nothing happens", ["Nothing happens"],
                                       ["It grows"]))["closer_to_correct"] == 1
+
+
+def test_inside_a_word_counts_the_official_substring_hits():
+    """CtrlA's match counts "pol" inside "political science" (PopQA's alias list for politician); the metric
+    keeps it, and inside_a_word tells such a hit from a whole-word one."""
+    golds = ["politician", "pol"]
+    assert ev.accuracy("a professor of political science", golds) == 1
+    assert ev.inside_a_word("a professor of political science", golds) is True
+    assert ev.inside_a_word("He is a politician.", golds) is False        # a whole word
+    assert ev.inside_a_word("Pol Pot", golds) is False                      # "pol" as a word
+    assert ev.inside_a_word("a writer", golds) is False                     # not right at all

@@ -390,6 +390,8 @@ def test_a_monitor_run_on_multihop_chains_is_scored_by_its_forced_answers(tmp_pa
     figures = json.loads((tmp_path / "figures.json").read_text())
     signal = figures["signals"]["ctrla-monitor-only"]["signals"]["-(lowest score - tau)"]
     assert signal["wrong"] == 1 and signal["auroc"] == 1.0
+    # the length is the chain's (4 words wrong, 3 right: 1.0), not its forced answer's (1 and 1: 0.5)
+    assert figures["signals"]["ctrla-monitor-only"]["signals"][run_all.metrics.LENGTH]["auroc"] == 1.0
     (tmp_path / "ctrla-monitor-only.forced.jsonl").unlink()      # without the side file: the chains whole
     run_all.main(["--out", str(tmp_path), "--table-only"])
     signal = json.loads((tmp_path / "figures.json").read_text())["signals"]["ctrla-monitor-only"]["signals"]
