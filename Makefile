@@ -1,9 +1,10 @@
 # make demo: set up .venv, join and verify the embedded models, run SeaKR on the HotpotQA demo set
 # make test: the same set-up, then the whole test suite
+# make data: the public evaluation files into data/raw/, each checked by sha256 (DATA_FROM=DIR: from a local copy)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup models browser demo test results
+.PHONY: setup models browser demo test results data
 setup: $(VENV)/.installed models
 
 $(VENV)/.installed: requirements.txt requirements-models.txt
@@ -31,6 +32,11 @@ demo: setup
 
 test: setup browser
 	$(PY) -m pytest -q tests
+
+# The question files the README, results/ and benchmarks/ read (data/raw/, git-ignored), each downloaded from its
+# public source, or copied from DATA_FROM=DIR (data/raw/'s layout), and checked against the sha256 in questions.py.
+data: $(VENV)/.installed
+	$(PY) questions.py fetch $(if $(DATA_FROM),--from "$(DATA_FROM)")
 
 # The baseline table's tables, signals and plots rebuilt from the run files in results/, no model loaded
 # (matplotlib, for the plots only, is installed here and nowhere else).

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import datetime
 import hashlib
 import importlib.util
 import json
@@ -40,6 +41,7 @@ from functools import partial
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import transformers
 from transformers.cache_utils import DynamicLayer
 
@@ -248,8 +250,19 @@ def choose_dtype(device: str, flags: str) -> tuple[str, str]:
 
 
 def resolve_device(device: str) -> str:
-    """--device auto: cuda where a GPU is visible, else cpu; any other value as given."""
-    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+    """--device auto: cuda where a GPU is visible, else cpu; any other value as given. Under torchrun with
+    several processes, cuda is this process's own GPU (LOCAL_RANK): one shard per device."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and launcher_rank()[1] > 1:
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+    return device
+
+
+def launcher_rank() -> tuple[int, int]:
+    """(rank, number of processes) that a launcher gives this process (torchrun, accelerate launch: RANK and
+    WORLD_SIZE); (0, 1) when it runs alone."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
 def resolve_dtype(dtype: str, device: str) -> tuple[str, str]:
@@ -376,8 +389,10 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "au
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tok = AutoTokenizer.from_pretrained(path)
     kwargs = {"dtype": torch.float32 if dtype == "int8" else getattr(torch, dtype)}
-    if device == "cuda":
+    if device == "cuda":      # one process, every GPU it sees (a shard under torchrun: cuda:N, its own)
         kwargs["device_map"] = "auto"
+    elif device.startswith("cuda:"):
+        kwargs["device_map"] = device
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     if device == "cpu":
         model.to("cpu")
@@ -1209,7 +1224,8 @@ def run_settings(args, code_file: str | None) -> dict:
     NOT_SETTINGS, the precision and device the model computes in (`--dtype auto` resolved as
     load_model resolves it: a file begun in float32 on an AVX2 CPU is not resumed in bfloat16 on an AMX
     one), the kernel of its linear layers (`--linear`, resolved likewise: its rounding differs), the code
-    (sha256 of the method file and common.py) and the content of the question file and of the corpus file."""
+    (sha256 of the method file and of every project file imported: project_files) and the content of the
+    question file and of the corpus file."""
     flags = {"--" + k.replace("_", "-"): v for k, v in sorted(vars(args).items()) if k not in NOT_SETTINGS}
     device = resolve_device(getattr(args, "device", "auto"))
     dtype = resolve_dtype(getattr(args, "dtype", "auto"), device)[0]
@@ -1219,9 +1235,19 @@ def run_settings(args, code_file: str | None) -> dict:
     corpus = getattr(args, "corpus", None)
     corpus = DATA_DIR / "corpus.jsonl" if corpus == "demo" else None if corpus in (None, "contexts") else corpus
     settings = {**flags, "method code": f"{Path(code_file or '-').name}, {_file_id(code_file or '-')}",
-                "common.py code": _file_id(__file__), "question file": _file_id(data),
-                **({"corpus file": _file_id(corpus)} if corpus else {})}
+                **{f"{f.name} code": _file_id(f) for f in project_files(code_file)},
+                "question file": _file_id(data), **({"corpus file": _file_id(corpus)} if corpus else {})}
     return json.loads(json.dumps(settings, default=str))     # as the settings file will read back
+
+
+def project_files(code_file: str | None = None) -> list[Path]:
+    """The project's shared files this process has imported (common.py, eval.py, retrieval.py, questions.py,
+    ...): what a run's rows depend on besides its method file (`code_file`, its own entry). The other method
+    files and view.py are no part of a run, though a test process may have imported them."""
+    root, skip = Path(__file__).resolve().parent, Path(code_file).resolve() if code_file else None
+    found = {Path(m.__file__).resolve() for m in list(sys.modules.values()) if getattr(m, "__file__", None)}
+    return sorted(f for f in found if f.parent == root and f.suffix == ".py" and f != skip and f.is_file()
+                  and f.stem not in ("seakr", "ctrla", "rowen", "view"))
 
 
 def _file_id(path) -> str:
@@ -1250,6 +1276,11 @@ def read_settings(path: Path, fix: str = "") -> dict:
     return saved
 
 
+# A question file or corpus given by another path (../shared/data/raw/X before `make data`, data/raw/X after)
+# is the same input when its content is: the setting holding its hash decides
+SAME_BY_CONTENT = {"--data": "question file", "--corpus": "corpus file"}
+
+
 def _resume_check(out: Path, rows: int, settings: dict) -> None:
     """Resume only the run that was asked for: InputError naming the first differing setting."""
     fixes = "pass another --output, or --overwrite to start it afresh"
@@ -1259,6 +1290,9 @@ def _resume_check(out: Path, rows: int, settings: dict) -> None:
                          f"run's settings; {fixes}")
     old = read_settings(path, f"; {fixes}")
     for key in sorted(set(old) | set(settings)):
+        content = SAME_BY_CONTENT.get(key)      # a file named by another path is the same input if its bytes are
+        if content and old.get(content) == settings.get(content) and settings.get(content) not in (None, "missing"):
+            continue
         if old.get(key, "(unset)") != settings.get(key, "(unset)"):
             raise InputError(f"{out} was made with {key} = {old.get(key, '(unset)')}, this run has "
                              f"{settings.get(key, '(unset)')}; {fixes}")
@@ -1303,8 +1337,7 @@ def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
     failed row (prediction "", "error": the message; scored as wrong) and counted. Then prints and
     saves the summary (eval.summarize) next to the output.
     """
-    from tqdm import tqdm
-    global PLAIN, REUSE_PREFIX, BATCH, CALL_CACHE
+    global PLAIN, REUSE_PREFIX, BATCH
     if getattr(args, "plain", False):
         PLAIN, REUSE_PREFIX, BATCH = True, False, False    # REUSE_PREFIX: CtrlA's monitor cache too
     records = check_inputs(args) if records is None else records
@@ -1313,6 +1346,16 @@ def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
         raise InputError(f"--skip {skip}: {len(records)} questions are loaded; skip 0 to {len(records) - 1} of them")
     records = records[skip:]
     out = Path(args.output) if args.output else default_output(method, args)
+    rank, world = launcher_rank()
+    if world > 1:
+        return run_shard(args, method, solve, records, out)
+    return answer_all(args, method, solve, records, out)
+
+
+def answer_all(args, method: str, solve, records: list[dict], out: Path) -> dict:
+    """run()'s loop over `records` into `out`: resume, settings, one row per question, summary."""
+    from tqdm import tqdm
+    global CALL_CACHE
     _check_writable(out)
     code = getattr(getattr(solve, "__code__", None), "co_filename", None) or \
         getattr(sys.modules["__main__"], "__file__", None)
@@ -1382,6 +1425,58 @@ def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
     out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"wrote {out} ({len(rows)} questions; settings and summary beside it)", file=sys.stderr)
     return summary
+
+
+def shard_file(out: Path, rank: int, world: int) -> Path:
+    return out.with_name(f"{out.stem}.rank{rank}-of-{world}.jsonl")
+
+
+def run_shard(args, method: str, solve, records: list[dict], out: Path) -> dict:
+    """run() under a launcher (`torchrun --nproc-per-node N seakr.py ...`): this process answers every N-th
+    question from its rank into a shard file beside OUT (resumable, as any run: shard_file), waits for the
+    others (torch.distributed's barrier, over gloo), and rank 0 writes OUT: the rows of OUT already there and
+    of every shard, in the questions' order, with OUT's settings and summary, then removes the shards. Each
+    question keeps its seed (question_seed of its id) and the --corpus contexts pool is the whole run's, so
+    OUT equals a one-process run's but for seconds and cpu."""
+    rank, world = launcher_rank()
+    code = getattr(getattr(solve, "__code__", None), "co_filename", None) or \
+        getattr(sys.modules["__main__"], "__file__", None)
+    settings = run_settings(args, code)
+    done = {}
+    if out.exists() and not getattr(args, "overwrite", False):
+        done = {row["id"]: row for row in metrics.read_rows(out)}
+        if done:
+            _resume_check(out, len(done), settings)
+    mine = [r for r in records[rank::world] if r["id"] not in done]
+    part = shard_file(out, rank, world)
+    shard_args = argparse.Namespace(**{**vars(args), "output": str(part)})
+    answer_all(shard_args, f"{method} [{rank + 1}/{world}]", solve, mine, part)
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", timeout=datetime.timedelta(days=30))
+    dist.barrier()                       # every shard written
+    if rank == 0:
+        for r in range(world):
+            done.update({row["id"]: row for row in metrics.read_rows(shard_file(out, r, world))})
+        rows = [done[r["id"]] for r in records if r["id"] in done]
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+        tmp.replace(out)
+        out.with_suffix(".settings.json").write_text(json.dumps(settings, indent=1) + "\n")
+        stats = metrics.summarize(rows)
+        summary = {"method": method, "model": args.model, "data": args.data or args.dataset,
+                   "corpus": getattr(args, "corpus", None), "output": str(out), **stats,
+                   "failed": sum("error" in r for r in rows), "processes": world}
+        out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        for r in range(world):
+            f = shard_file(out, r, world)
+            for done_file in (f, f.with_suffix(".settings.json"), f.with_suffix(".summary.json")):
+                done_file.unlink(missing_ok=True)
+        print(metrics.format_table([(out.stem, stats)]))
+        print(f"wrote {out} ({len(rows)} questions from {world} processes; settings and summary beside it)",
+              file=sys.stderr)
+    dist.barrier()                       # OUT written before any process ends
+    dist.destroy_process_group()
+    return summary if rank == 0 else {}
 
 
 def main_guard(main) -> None:

@@ -145,7 +145,6 @@ DEFAULT_TOKENS = 1024   # PopQA / TriviaQA / FreshQA answer budget [official run
 N_SHOT = 4              # CoT exemplars on multi-hop QA [ours; DRAGIN's exemplars, shared with SeaKR]
 FORCED_TOKENS = 20      # a multi-hop chain with no answer: " So the answer is" + 20 greedy tokens
                         # [DRAGIN eval.py regenerate_answer, the evaluation CtrlA follows (paper C.2)]
-FORCE_CUT = ("Question:", "#10000000", "Note:")   # the chain is cut at these [DRAGIN regenerate_answer]
 HONESTY_FILE = common.DATA_DIR / "ctrla_honesty.csv"
 CONFIDENCE_FILE = common.DATA_DIR / "ctrla_confidence.csv"
 CHECK_FILE = common.DATA_DIR / "ctrla_feature_check.json"
@@ -453,9 +452,6 @@ _ABBREV = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "vs", "etc", "mt",
            "rev", "inc", "ltd", "co", "approx", "jan", "feb", "aug", "sept", "oct", "nov", "dec"}
 _BOUNDARY = re.compile(r"[.!?]+[\"')\]]*(?=\s)|\n")
 SENTENCE_STOPS = (". ", "? ", "! ", ".\n", "?\n", "!\n")
-# "the answer is" in any case (divergence: DRAGIN's evaluation tests the lower-case words only, so a chain
-# that says only "The answer is no." gets a forced answer there; here it has named its answer)
-_ANSWER_IS = re.compile(r"the answer is\s*:?\s*(.*)", re.IGNORECASE | re.DOTALL)
 # The official contraction marks (HSLiu-Initial/CtrlA, code/model/utils.py:195-197): case-sensitive,
 # the ASCII apostrophe only, and no word boundary, so a quoted word splits too ("'relevant'" at "'re")
 _CONTRACTION = re.compile(r"('s|'t|'re|'ve|'m|'d|'ll|n't)")
@@ -545,38 +541,6 @@ def first_sentence(text: str) -> tuple[str, bool]:
     return (rest if any(c.isalnum() for c in rest) else ""), False
 
 
-def extract_answer(text: str) -> str:
-    """Multi-hop answer: the text after the first "the answer is" (DRAGIN), to the end of its line, else the
-    whole text. Divergences: DRAGIN's evaluation reads on to the end of the reply (data.py
-    get_real_prediction; only "Question:" and "Note:" cut it); a line break here ends the answer, since
-    what follows it is the model going on (its next step), not the answer. A text that names no answer
-    is scored whole where DRAGIN's HotpotQA reader gives "" (its 2WikiMultihopQA reader the text); every
-    chain of the loop names one or is given a forced one, so only rows run without that step (files of
-    older code) are read whole."""
-    m = _ANSWER_IS.search(text)
-    return m.group(1).split("\n")[0].strip().rstrip(".").strip() if m else text.strip()
-
-
-def cut_chain(text: str) -> str:
-    """A chain as DRAGIN's evaluation reads it: cut at the first of FORCE_CUT that is not its first character."""
-    for word in FORCE_CUT:
-        pos = text.find(word)
-        if pos > 0:
-            text = text[:pos]
-    return text
-
-
-def forced_reply(text: str, continuation: str) -> str:
-    """The answer text after a forced answer: the cut chain, " So the answer is", the model's continuation,
-    all cut again at FORCE_CUT anywhere [DRAGIN regenerate_answer]."""
-    chain = cut_chain(text).rstrip()
-    full = (f"{chain} So the answer is" if chain else "So the answer is") + continuation
-    for word in FORCE_CUT:
-        if (pos := full.find(word)) != -1:
-            full = full[:pos]
-    return full
-
-
 def force_answer(model, tok, task: str, question: str, text: str) -> str | None:
     """DRAGIN's answer regeneration [eval.py regenerate_answer], which the paper's multi-hop results
     follow (C.2): a chain that names no answer ("the answer is") gets " So the answer is" and 20 greedy
@@ -584,9 +548,9 @@ def force_answer(model, tok, task: str, question: str, text: str) -> str | None:
     Returns the continuation (None where the chain names its answer). Divergences: the prompt is the
     run's chat prompt (official: the few-shot text); no trailing space after "is" (a lone space token
     that BPE models rarely see before a word); unsteered, as DRAGIN's evaluation loads the plain model."""
-    if _ANSWER_IS.search(cut_chain(text)):
+    if metrics.names_answer(metrics.cut_chain(text)):
         return None
-    reply = forced_reply(text, "")
+    reply = metrics.forced_reply(text, "")
     g = common.greedy(model, tok, build_prompt(tok, task, question, gen=[reply]), max_new_tokens=FORCED_TOKENS)
     return g.text
 
@@ -661,7 +625,7 @@ REWRITE = ("Given an original question and a reference query that may not align 
                 "body.", "Which plants produce caffeine naturally?"),
                ('Who recorded the song "We\'re All Alone" in 1977?', "Rita Coolidge albums.",
                 'Did Rita Coolidge record "We\'re All Alone" in 1977?')])
-MULTIHOP = ("hotpotqa", "2wikimultihopqa")
+MULTIHOP = metrics.MULTIHOP   # read as DRAGIN reads multi-hop answers (eval.multihop_prediction)
 _EXEMPLARS: dict = {}
 
 
@@ -921,7 +885,7 @@ def solve(run: Run, rec: dict) -> dict:
                     continue        # the next segment reads these passages and is monitored
                 step["accepted"] = seg
         gen.append(seg)
-        if done or (task in MULTIHOP and _ANSWER_IS.search(seg)):
+        if done or (task in MULTIHOP and metrics.names_answer(seg)):
             break
         if kind == "popqa":  # official --continue_gen_without_contents (PopQA runs only)
             docs = []
@@ -932,14 +896,8 @@ def solve(run: Run, rec: dict) -> dict:
         return {"prediction": text.strip(), "retrievals": triggers, "model_calls": run.calls, "trace": trace}
     trace["forced"] = force_answer(run.model, tok, task, question, text)   # outside the steering
     run.calls += trace["forced"] is not None
-    return {"prediction": multihop_prediction(text, trace["forced"]), "retrievals": triggers,
+    return {"prediction": metrics.multihop_prediction(text, trace["forced"]), "retrievals": triggers,
             "model_calls": run.calls, "trace": trace}
-
-
-def multihop_prediction(text: str, forced: str | None) -> str:
-    """The answer of a multi-hop chain: after its "the answer is" in the chain cut at FORCE_CUT (as DRAGIN's
-    regenerate_answer returns a chain that names its answer), or after the forced one's."""
-    return extract_answer(cut_chain(text) if forced is None else forced_reply(text, forced))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1051,40 +1009,11 @@ def main(argv=None):
 # Evaluation, not the method: DRAGIN's forced answers for run files made before solve() forced them
 # (--force-answers), and the rows read with them (benchmarks/run_all.py)
 
-def side_file(run_file: Path) -> Path:
-    """Where --force-answers keeps a run file's forced answers: RUN.forced.jsonl beside RUN.jsonl."""
-    return run_file.with_name(run_file.stem + ".forced.jsonl")
-
-
-def with_forced(rows: list[dict], forced: list[dict]) -> tuple[list[dict], int]:
-    """A run's rows read with the forced answers of its side file (force_run): each multi-hop row without
-    one of its own whose chain names no answer takes its forced answer, one model call and its seconds;
-    the others stay as run. Returns the rows and how many took one."""
-    by_id, out, n = {f["id"]: f for f in forced}, [], 0
-    for r in rows:
-        f, trace = by_id.get(r["id"]), r.get("trace", {})
-        if f is None or f["forced"] is None or not needs_forcing(r):
-            out.append(r)
-            continue
-        out.append({**r, "prediction": multihop_prediction(trace["answer"], f["forced"]),
-                    "model_calls": r.get("model_calls", 0) + 1, "seconds": r.get("seconds", 0) + f["seconds"],
-                    "trace": {**trace, "forced": f["forced"]}})
-        n += 1
-    return out, n
-
-
-def needs_forcing(row: dict) -> bool:
-    """A multi-hop row whose chain names no answer and that has no forced answer of its own."""
-    trace = row.get("trace", {})
-    return (trace.get("task") in MULTIHOP and "forced" not in trace
-            and not _ANSWER_IS.search(cut_chain(trace.get("answer", ""))))
-
-
 def to_force(path: Path, model: str) -> list[dict]:
     """The rows of a run file that --force-answers computes (see force_run); InputError for a bad file."""
     try:
         rows = metrics.read_rows(path)
-        done = {r["id"] for r in metrics.read_rows(side_file(path))} if side_file(path).exists() else set()
+        done = {r["id"] for r in metrics.read_rows(metrics.side_file(path))} if metrics.side_file(path).exists() else set()
     except ValueError as e:
         raise InputError(f"--force-answers: {e}") from None
     if not rows or any("trace" not in r or "question" not in r for r in rows):
@@ -1093,8 +1022,8 @@ def to_force(path: Path, model: str) -> list[dict]:
     saved = common.read_settings(settings) if settings.exists() else {}
     if (run_model := saved.get("--model")) not in (None, model):
         raise InputError(f"--force-answers {path}: the run's model is {run_model}; pass --model {run_model}")
-    todo = [r for r in rows if needs_forcing(r) and r["id"] not in done]
-    print(f"{path}: {len(rows)} rows, {len(todo)} to force ({len(done)} already in {side_file(path).name})",
+    todo = [r for r in rows if metrics.needs_forcing(r) and r["id"] not in done]
+    print(f"{path}: {len(rows)} rows, {len(todo)} to force ({len(done)} already in {metrics.side_file(path).name})",
           file=sys.stderr)
     return todo
 
@@ -1105,7 +1034,7 @@ def force_run(model, tok, path: Path, todo: list[dict]) -> Path:
     force_answer's continuation, written as {id, forced, seconds, cpu} to the side file RUN.forced.jsonl
     as it comes (a row already there is not computed again); the run file itself is never changed.
     benchmarks/run_all.py reads the two together (with_forced)."""
-    side = side_file(path)
+    side = metrics.side_file(path)
     with open(side, "a", encoding="utf-8") as f:
         for r in todo:
             start = time.perf_counter()

@@ -85,6 +85,92 @@ def common_reading(prediction):
     return read_answer("the answer is " + (prediction or "") + ".") or ""
 
 
+# ---------------------------------------------------------------- reading an answer (CtrlA's multi-hop runs)
+# As DRAGIN's evaluation reads a chain (oneal2000/DRAGIN src/eval.py regenerate_answer, src/data.py
+# get_real_prediction), which CtrlA's multi-hop results follow (paper C.2); ctrla.py calls these.
+
+MULTIHOP = ("hotpotqa", "2wikimultihopqa")
+FORCE_CUT = ("Question:", "#10000000", "Note:")   # the chain is cut at these [DRAGIN regenerate_answer]
+# "the answer is" in any case (divergence: DRAGIN's evaluation tests the lower-case words only, so a chain
+# that says only "The answer is no." gets a forced answer there; here it has named its answer)
+_DRAGIN_ANSWER_IS = re.compile(r"the answer is\s*:?\s*(.*)", re.IGNORECASE | re.DOTALL)
+
+
+def names_answer(text: str) -> bool:
+    """Whether a chain names its answer ("the answer is", any case): DRAGIN forces one otherwise."""
+    return bool(_DRAGIN_ANSWER_IS.search(text))
+
+
+def dragin_answer(text: str) -> str:
+    """Multi-hop answer: the text after the first "the answer is" (DRAGIN), to the end of its line, else the
+    whole text. Divergences: DRAGIN's evaluation reads on to the end of the reply (data.py
+    get_real_prediction; only "Question:" and "Note:" cut it); a line break here ends the answer, since
+    what follows it is the model going on (its next step), not the answer. A text that names no answer
+    is scored whole where DRAGIN's HotpotQA reader gives "" (its 2WikiMultihopQA reader the text); every
+    chain of the loop names one or is given a forced one, so only rows run without that step (files of
+    older code) are read whole."""
+    m = _DRAGIN_ANSWER_IS.search(text)
+    return m.group(1).split("\n")[0].strip().rstrip(".").strip() if m else text.strip()
+
+
+def cut_chain(text: str) -> str:
+    """A chain as DRAGIN's evaluation reads it: cut at the first of FORCE_CUT that is not its first character."""
+    for word in FORCE_CUT:
+        pos = text.find(word)
+        if pos > 0:
+            text = text[:pos]
+    return text
+
+
+def forced_reply(text: str, continuation: str) -> str:
+    """The answer text after a forced answer: the cut chain, " So the answer is", the model's continuation,
+    all cut again at FORCE_CUT anywhere [DRAGIN regenerate_answer]."""
+    chain = cut_chain(text).rstrip()
+    full = (f"{chain} So the answer is" if chain else "So the answer is") + continuation
+    for word in FORCE_CUT:
+        if (pos := full.find(word)) != -1:
+            full = full[:pos]
+    return full
+
+
+def multihop_prediction(text: str, forced: str | None) -> str:
+    """The answer of a multi-hop chain: after its "the answer is" in the chain cut at FORCE_CUT (as DRAGIN's
+    regenerate_answer returns a chain that names its answer), or after the forced one's."""
+    return dragin_answer(cut_chain(text) if forced is None else forced_reply(text, forced))
+
+
+# A run file's forced answers, for CtrlA runs made before ctrla.py forced them itself (`ctrla.py
+# --force-answers` writes them into a side file; the tables read the two together)
+
+def side_file(run_file: Path) -> Path:
+    """Where --force-answers keeps a run file's forced answers: RUN.forced.jsonl beside RUN.jsonl."""
+    return run_file.with_name(run_file.stem + ".forced.jsonl")
+
+
+def with_forced(rows: list[dict], forced: list[dict]) -> tuple[list[dict], int]:
+    """A run's rows read with the forced answers of its side file (force_run): each multi-hop row without
+    one of its own whose chain names no answer takes its forced answer, one model call and its seconds;
+    the others stay as run. Returns the rows and how many took one."""
+    by_id, out, n = {f["id"]: f for f in forced}, [], 0
+    for r in rows:
+        f, trace = by_id.get(r["id"]), r.get("trace", {})
+        if f is None or f["forced"] is None or not needs_forcing(r):
+            out.append(r)
+            continue
+        out.append({**r, "prediction": multihop_prediction(trace["answer"], f["forced"]),
+                    "model_calls": r.get("model_calls", 0) + 1, "seconds": r.get("seconds", 0) + f["seconds"],
+                    "trace": {**trace, "forced": f["forced"]}})
+        n += 1
+    return out, n
+
+
+def needs_forcing(row: dict) -> bool:
+    """A multi-hop row whose chain names no answer and that has no forced answer of its own."""
+    trace = row.get("trace", {})
+    return (trace.get("task") in MULTIHOP and "forced" not in trace
+            and not names_answer(cut_chain(trace.get("answer", ""))))
+
+
 # ---------------------------------------------------------------- EM / F1 (SeaKR, DRAGIN)
 
 def normalize_answer(s):
@@ -337,6 +423,66 @@ def read_rows(path):
     return rows
 
 
+# ---------------------------------------------------------------- a run file as the tables read it
+
+def run_script(path):
+    """The method file a run was made with ("seakr.py", "ctrla.py", "rowen.py"), from the settings the run
+    wrote beside it (RUN.settings.json: "method code"), and whether it is SeaKR's --calibrate; (None, False)
+    where there is none."""
+    settings = Path(path).with_name(Path(path).stem + ".settings.json")
+    try:
+        saved = json.loads(settings.read_text())
+    except (OSError, ValueError):
+        return None, False
+    code = saved.get("method code") if isinstance(saved, dict) else None
+    return (code.split(",")[0] if isinstance(code, str) else None), bool(saved.get("--calibrate"))
+
+
+def reread_seakr(rows):
+    """The rows of a seakr.py run with each prediction read under the official SeaKR reading (common_reading:
+    cut at its first comma or period), and the ones that changed ({id, or "line N" for a row without one:
+    the prediction as read again}). Runs made before seakr.py read answers as the official code does read
+    them to the first sentence end ("Mumbai, India"); an answer of today's code reads the same again."""
+    out = [{**r, "prediction": common_reading(r["prediction"])} if r.get("prediction") else r for r in rows]
+    return out, {str(r.get("id", f"line {i}")): o["prediction"]
+                 for i, (r, o) in enumerate(zip(rows, out), 1) if r.get("prediction") != o.get("prediction")}
+
+
+def read_run(path, script=None, calibrate=None):
+    """A run file's rows as the tables read them, and what that changed: a seakr.py run (not --calibrate)
+    under the official SeaKR reading (reread_seakr), a ctrla.py run with the forced answers of its side
+    file (with_forced; RUN.forced.jsonl from `ctrla.py --force-answers`), any other as run. `script`
+    (and `calibrate`) name the method where the run has no settings file. Returns (rows, {"reread": {id:
+    prediction}, "forced": [rows that took one, rows still without one, {id: prediction}]}), the keys only
+    where they apply."""
+    found, cal = run_script(path)
+    script, calibrate = script or found, cal if calibrate is None else calibrate
+    rows, info = read_rows(path), {}
+    if script == "seakr.py" and not calibrate:
+        rows, info["reread"] = reread_seakr(rows)
+    if script == "ctrla.py":
+        side = side_file(Path(path))
+        was = {r.get("id"): r.get("prediction") for r in rows}
+        rows, took = with_forced(rows, read_rows(side)) if side.exists() else (rows, 0)
+        left = sum(map(needs_forcing, rows))
+        if took or left:
+            info["forced"] = [took, left, {r["id"]: r["prediction"] for r in rows if r["prediction"] != was[r["id"]]}]
+    return rows, info
+
+
+def read_notes(path, info):
+    """One line for each way read_run read a file other than as run (the CLI prints them)."""
+    name, lines = Path(path).name, []
+    if info.get("reread"):
+        lines.append(f"{name}: {len(info['reread'])} SeaKR answers read again under the official reading "
+                     "(eval.common_reading: cut at the first comma or period), as the results tables read them")
+    if info.get("forced"):
+        took, left, _ = info["forced"]
+        lines.append(f"{name}: {took} chains that name no answer read with the forced answers of "
+                     f"{side_file(Path(path)).name}" + (f" ({left} still without one)" if left else ""))
+    return lines
+
+
 def format_table(named_summaries, markdown=False, first="file"):
     """One row per summary, metrics as percentages with 1 decimal, per-question costs with 2;
     `first` heads the column of names."""
@@ -378,9 +524,14 @@ def main(argv=None):
     parser.add_argument("--markdown", action="store_true", help="print a GitHub markdown table")
     args = parser.parse_args(argv)
     try:
-        named = []
+        named, notes = [], []
         for path in args.files:
-            rows = read_rows(path)
+            if Path(path).name.endswith(".forced.jsonl"):     # a side file is read with its run file
+                run = Path(path).with_name(Path(path).name[:-len(".forced.jsonl")] + ".jsonl")
+                notes.append(f"{Path(path).name}: skipped, the forced answers of {run.name}, read with it")
+                continue
+            rows, info = read_run(path)
+            notes += read_notes(path, info)
             if not rows:
                 raise ValueError(f"{path}: no rows to score (an empty file); pass a prediction file with at "
                                  "least one finished question")
@@ -396,6 +547,8 @@ def main(argv=None):
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    for line in notes:
+        print(line, file=sys.stderr)
     print(format_table(named, markdown=args.markdown))
 
 

@@ -1,15 +1,27 @@
 """The question sets: load_dataset() reads the shipped demo sets and the native formats of the papers'
 datasets (HotpotQA, 2WikiMultihopQA, MuSiQue, IIRC, NQ-open, DPR QA, SQuAD, PopQA, TriviaQA, FreshQA,
-Bio, TruthfulQA, StrategyQA), told apart by their content, into one record shape.
+Bio, TruthfulQA, StrategyQA), told apart by their content, into one record shape; fetch() (`make data`,
+`python questions.py fetch [NAME...]`) downloads the public evaluation files into data/raw/ and checks
+each against the sha256 kept here (RAW_FILES).
 
 Plumbing, like common.py (which re-exports load_dataset, DATASETS and DATA_DIR for the methods); it
 imports only retrieval.py (InputError and the JSON-lines reader the corpus files share).
 """
 from __future__ import annotations
 
+import argparse
+import hashlib
+import http.client
 import json
+import os
+import sys
+import tempfile
+import urllib.request
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+
+from tqdm import tqdm
 
 from retrieval import InputError, jsonl_rows
 
@@ -312,3 +324,245 @@ def _from_strategyqa(row, kind):
     label = row["answer"]
     return [_record(kind, row.get("qid"), row["question"], ["yes" if label else "no"], label=label,
                     **_pick(row, "target"))]
+
+
+# ---------------------------------------------------------------------------------------------
+# make data: the public evaluation files, fetched into data/raw/ and checked
+# ---------------------------------------------------------------------------------------------
+
+RAW_DIR = DATA_DIR / "raw"   # git-ignored; the README, results/ and benchmarks/ read data/raw/<name>
+TIMEOUT = 60                 # seconds a download may wait for its next bytes
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one file of data/raw/ comes from, and what it must hold."""
+    url: str                     # its public source
+    sha256: str                  # of the file as data/raw/ holds it
+    records: int | None = None   # keep the first N records of the source's JSON list (else the whole file)
+
+
+def _github(repo: str, commit: str, path: str) -> str:
+    """A file of a GitHub repository at one commit: the same bytes for as long as the repository exists."""
+    return f"https://raw.githubusercontent.com/{repo}/{commit}/{path}"
+
+
+_NINEHILLS = "ninehills/deepsearch-rl", "78d710126dcba3d0efb840e742746988f142d1a9"   # FlashRAG-format dev samples
+_CTRLA = "HSLiu-Initial/CtrlA", "6e1f5f3e2e4b4673f3b07f7de6771f9871b22bcb"           # CtrlA's eval_data/
+_ROWEN = "dhx20150812/Rowen", "7fd0454ed71c30a01fd4fdf1d82c85ae24c06c9f"             # Rowen's dataset/
+
+# Each sha256 is of the whole file, computed from a copy read with `git show COMMIT:PATH` from the repository
+# and commit its URL names (the bytes that URL serves). Except the first: HotpotQA's own release is the whole
+# dev set (about 46 MB, 7,405 questions), of which the runs read the first 50 (or 30). Its first 103 records
+# (as many as the file the results were run on holds) are kept, written as compact JSON (json.dumps with
+# separators "," and ":"), and the sha256 is of that file as written: it checks those records, whatever copy
+# they come from. It was computed from
+# acmyu/CS592LLM-Project's data/hotpot_dev_distractor_v1_100.json at 5f67a0f, which holds the official
+# file's first 103 records in order; that copy's own bytes differ from ours (one space, "/" escaped as
+# "\/"), so its whole-file sha256, f764184c..., is the "question file" the older runs' settings name.
+# 2WikiMultihopQA's own release is a zip of the whole dev set in another format (_id, evidences); the runs
+# read FlashRAG's first 200 dev records, so that file comes from the copy they were run on.
+RAW_FILES = {
+    "hotpotqa/hotpot_dev_distractor_v1_100.json": Source(
+        "http://curtis.ml.cmu.edu/datasets/hotpot/hotpot_dev_distractor_v1.json",
+        "6c544c93310a0ca976282f60a995421cb978368b9b4f974553cacbfda7cab67f", records=103),
+    "hotpotqa/hotpotqa_dev_200.jsonl": Source(
+        _github(*_NINEHILLS, "data/hotpotqa/hotpotqa_dev_200.jsonl"),
+        "e18551427b6ea24dd2d69e6c7c06dfaa3e5be762fff461f52dd748bee23b300c"),
+    "hotpotqa/hotpotqa_dev_500.jsonl": Source(
+        _github("ayvan180/infodecay", "caf4cf6b530fb029a884e1ff38477db3f4a8b5d7", "data/hotpotqa_dev_500.jsonl"),
+        "71791dd6ba8c2b3fe35280c92961ab178a92f7e9a6c52fba610a89f9c339184b"),
+    "hotpotqa/dev_subsampled.jsonl": Source(
+        _github("xindili-cmu/anlp-project-multihop", "df0d5757f42f098ab6026f40323e91c369307506",
+                "processed_data/hotpotqa/dev_subsampled.jsonl"),
+        "837a919903fedf521211c4271f168ad5458488198e9c4d967bf5f3a579525ce8"),
+    "2wikimultihopqa/2wikimultihopqa_dev_200.jsonl": Source(
+        _github(*_NINEHILLS, "data/2wikimultihopqa/2wikimultihopqa_dev_200.jsonl"),
+        "d9b55ffab6d62675f1840454fa87f0bcaf86af6802d08ad8d00b6bccea78ed7b"),
+    "musique/musique_dev_200.jsonl": Source(
+        _github(*_NINEHILLS, "data/musique/musique_dev_200.jsonl"),
+        "6138c9511676e60ddacd28a6996e7b98d4ca3554880acf260ac7dfb7c9436c2a"),
+    "nq/NQ-open.dev.jsonl": Source(   # the official NQ-open dev split, in its own repository
+        _github("google-research-datasets/natural-questions", "fb26a3073b1fe636c97302890a27b491d6530130",
+                "nq_open/NQ-open.dev.jsonl"),
+        "f15567f38099f3615f5b8a685c0aef449c11ad90d3da3735e8d1b98115b40616"),
+    "dpr_wiki/sample_data.jsonl": Source(   # 1,000 DPR passages (bench_retrieval.py); gone from FlashRAG's HEAD
+        _github("RUC-NLPIR/FlashRAG", "adb2a8bc285042abf7c0c56ff004283f62318c5a",
+                "examples/quick_start/indexes/sample_data.jsonl"),
+        "4ff49380c38844c413c5d022e9c269b21a00726130f561b518600f2beb7cc6ed"),
+    "ctrla/popqa_longtail.jsonl": Source(
+        _github(*_CTRLA, "eval_data/popqa_longtail.jsonl"),
+        "4ee4fa46bc6c382a86679e9156ddc1d9fa06f8e07421ed71598ea640262a9c00"),
+    "ctrla/triviaqa_test.jsonl": Source(
+        _github(*_CTRLA, "eval_data/triviaqa_test.jsonl"),
+        "7424599f0f7da21ad9f0ed5fdfc05305f4c778723ae6899d2c99dcc3292f5617"),
+    "ctrla/FreshQA_v04082024.jsonl": Source(
+        _github(*_CTRLA, "eval_data/FreshQA_v04082024.jsonl"),
+        "9514ef05fcb712a48a57596a05639fc70fee397caf9dca6ea030bda66f74a3d1"),
+    "ctrla/bio_gen.jsonl": Source(
+        _github(*_CTRLA, "eval_data/bio_gen.jsonl"),
+        "2d9308bd45e47a20cd09e26750c5e439452a048419d4a4bea9dd9bb631ca0f49"),
+    "ctrla/confidence_train.csv": Source(
+        _github(*_CTRLA, "eval_data/confidence_train.csv"),
+        "65dd94eff6b75f9176baab81b4089f993cac0490f1c89ec5d5de74b0267cdd64"),
+    "ctrla/facts_true_false.csv": Source(
+        _github(*_CTRLA, "eval_data/facts_true_false.csv"),
+        "924709159b40a30d5b51488e9ccd7fd886456a89f0e0f5849eacefba6ff55312"),
+    "rowen/TruthfulQA.json": Source(
+        _github(*_ROWEN, "dataset/TruthfulQA.json"),
+        "e6696ea6e0636580e01c04da7da237eda4d97757d0db744d7adf52794b156ebe"),
+    "rowen/sampled_strategyqa.json": Source(
+        _github(*_ROWEN, "dataset/sampled_strategyqa.json"),
+        "1411248c3872a36dae1f5c063a260e3a214e3065231575e3abcdeb3be682946c"),
+    "rowen/sampled_nq.json": Source(
+        _github(*_ROWEN, "dataset/sampled_nq.json"),
+        "a19ea2d32538b215ae49a356c7c6cfb0e2a363fa360221130d9cdf9ddfd5ca06"),
+    "rowen/sampled_trivia.json": Source(
+        _github(*_ROWEN, "dataset/sampled_trivia.json"),
+        "33f45b29af3b8f5fab7903d9ac4fc0c6b03550753d5774f030c54efb62d812b1"),
+}
+
+
+def select_raw(names=None) -> list[str]:
+    """The RAW_FILES named: each NAME is a file under data/raw/ or a folder of them ("rowen"); none: all."""
+    if not names:
+        return list(RAW_FILES)
+    chosen = []
+    for name in names:
+        name = name.removeprefix("data/raw/").strip("/")
+        hits = [f for f in RAW_FILES if f == name or f.startswith(name + "/")]
+        if not hits:
+            folders = ", ".join(dict.fromkeys(f.split("/")[0] for f in RAW_FILES))
+            raise InputError(f"{name}: not a file of data/raw/; name a folder ({folders}) or a file in one "
+                             "(python questions.py fetch --list)")
+        chosen += [f for f in hits if f not in chosen]
+    return chosen
+
+
+def fetch(names=None, dest=RAW_DIR, source_dir=None, base_url=None) -> list[Path]:
+    """Bring each named file of RAW_FILES (default: all) into `dest`, checked against its sha256.
+
+    A file already there with its sha256 is kept. Otherwise it is read from `source_dir` (a folder with
+    data/raw/'s layout: DATA_FROM), from `base_url` + "/" + its name (a mirror with that layout: the tests'
+    loopback server), or else from its public URL; checked; then written to a temporary file renamed into
+    place, so an interrupted fetch leaves nothing half-written. A source that cannot be read, or whose
+    bytes are not the ones checked here, stops with an InputError naming the file and the source."""
+    if source_dir is not None and not Path(source_dir).is_dir():
+        raise InputError(f"DATA_FROM={source_dir}: no such folder; name a folder with data/raw/'s layout "
+                         "(hotpotqa/, nq/, rowen/, ...)")
+    written = []
+    for name in select_raw(names):
+        source, target = RAW_FILES[name], Path(dest) / name
+        if target.is_file():
+            if _sha256(target.read_bytes()) == source.sha256:
+                print(f"{name}: already there, sha256 checked")
+                written.append(target)
+                continue
+            print(f"{name}: the file there is not the one checked here; fetching it again")
+        if source_dir is not None:
+            where = str(Path(source_dir) / name)
+            data = _read_local(where, name, source.url)
+        else:
+            where = f"{base_url.rstrip('/')}/{name}" if base_url else source.url
+            data = _download(where, name)
+        if source.records is not None:
+            data = _first_records(data, source.records, name, where)
+        digest = _sha256(data)
+        if digest != source.sha256:
+            raise InputError(f"{name}: {where} gives sha256 {digest[:12]}..., expected {source.sha256[:12]}... "
+                             f"(not written: the source changed or the transfer was damaged; "
+                             f"its source: {source.url})")
+        _write_whole(target, data)
+        print(f"{name}: {len(data):,} bytes from {where}, sha256 checked")
+        written.append(target)
+    return written
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _download(url: str, name: str) -> bytes:
+    """The bytes at `url`, with a progress bar on a terminal; one-line InputError if they cannot all be read."""
+    fix = "check the connection and run make data again, or copy the files with DATA_FROM=DIR make data"
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT) as response:
+            size = int(response.headers.get("Content-Length") or 0) or None
+            data = bytearray()
+            with tqdm(total=size, desc=name, unit="B", unit_scale=True, unit_divisor=1024,
+                      disable=None, leave=False) as bar:
+                while chunk := response.read(1 << 16):
+                    data += chunk
+                    bar.update(len(chunk))
+    except (OSError, http.client.HTTPException, ValueError) as e:   # URLError and timeouts are OSErrors
+        raise InputError(f"{name}: cannot download {url} ({e}); {fix}") from None
+    if size is not None and len(data) != size:
+        raise InputError(f"{name}: {url} stopped after {len(data):,} of {size:,} bytes; {fix}")
+    return bytes(data)
+
+
+def _read_local(path: str, name: str, url: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise InputError(f"{name}: cannot read {path} ({e.strerror}); DATA_FROM must hold data/raw/'s layout "
+                         f"(this file's source: {url})") from None
+
+
+def _first_records(data: bytes, n: int, name: str, where: str) -> bytes:
+    """The first n records of a JSON list, as compact JSON: the form RAW_FILES' sha256 is of."""
+    try:
+        records = json.loads(data)
+    except ValueError:   # malformed JSON, or not UTF-8
+        records = None
+    if not isinstance(records, list) or len(records) < n:
+        raise InputError(f"{name}: {where} is not a JSON list of at least {n} records (not written)")
+    return json.dumps(records[:n], separators=(",", ":")).encode()
+
+
+def _write_whole(target: Path, data: bytes) -> None:
+    """Write `data` to a temporary file beside `target`, then rename it: `target` is whole or absent."""
+    part = target.with_name(f".{target.name}.part")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(part, "wb") as f:
+            f.write(data)
+        os.replace(part, target)
+    except OSError as e:
+        raise InputError(f"cannot write {target} ({e.strerror}); pass --dest with a writable folder") from None
+    finally:
+        part.unlink(missing_ok=True)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description="The public evaluation files (make data).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("fetch", help="download the evaluation files into data/raw/, each checked by sha256")
+    f.add_argument("names", nargs="*", metavar="NAME",
+                   help="a file under data/raw/ or a folder (hotpotqa, nq, rowen, ...); default: all")
+    f.add_argument("--from", dest="source_dir", default=os.environ.get("DATA_FROM") or None, metavar="DIR",
+                   help="copy them from DIR (data/raw/'s layout), with the same checks; default $DATA_FROM")
+    f.add_argument("--base-url", default=os.environ.get("DATA_URL") or None,
+                   help="download NAME from BASE_URL/NAME (a mirror of data/raw/'s layout); default $DATA_URL")
+    f.add_argument("--dest", type=Path, default=RAW_DIR, help="where to write them (default: data/raw/)")
+    f.add_argument("--list", action="store_true", help="print each file and its source; fetch nothing")
+    args = ap.parse_args(argv)
+    if args.list:
+        for name in select_raw(args.names):
+            print(f"{name}\t{RAW_FILES[name].url}")
+        return
+    if args.source_dir and args.base_url:
+        raise InputError("--from (DATA_FROM) and --base-url (DATA_URL) both given; pass one of them")
+    files = fetch(args.names, args.dest, args.source_dir, args.base_url)
+    print(f"{len(files)} file{'' if len(files) == 1 else 's'} in {args.dest}, each one's sha256 checked")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted: no file is left half-written; run it again to go on", file=sys.stderr)
+        sys.exit(130)

@@ -62,6 +62,7 @@ Differs from the official code in:
   (paper Table 6 has NQ and TriviaQA, with no official runner) use the TruthfulQA chain of thought and
   ask for a short answer of a few words, in the target language too (answer_prompts);
 - results/ repaired with ours (--repair-prompt correct: r0 "may be wrong"); the default: official (QA: ours);
+  `--repair-again RUN` redoes a finished run's Stage 3 alone with another prompt (repair_again);
 - results/ judged CM pairs in our layout ("[QA pair 1]", "Your Answer:"), now the official one; not measured;
 - StrategyQA reasons with our StrategyQA prompt in every target language (paper and results/: Chinese only);
 - the official prompts' typos ("Answwer B", "PERTERBATIONS") are not kept, and the CL judge's prompt
@@ -555,6 +556,20 @@ def judge(lm, prompts: list[str], s: Settings, calls: dict):
     return [read_yes_no(t) for t in texts], texts
 
 
+def repair(lm, question: str, trace: dict, s: Settings, calls: dict) -> tuple[str, str]:
+    """Stage 3, Eq. 7: M answers x0 (`question`) again from t0, r0 and the evidence E, read from the trace
+    (initial_long_answer, initial_answer, evidence: one line each), in the REPAIR prompt of s.repair_prompt;
+    one greedy call. Returns (its output, the final answer: clean_answer of it).
+    subtle: it reads the trace, not solve()'s variables, so that a finished run's rows rebuild the very prompt
+    the run sent (repair_again)."""
+    task = trace["task"]
+    prompt = REPAIR[s.repair_prompt][task].format(question=question, initial_long_answer=trace["initial_long_answer"],
+                                                  initial_short_answer=trace["initial_answer"],
+                                                  evidences="\n".join(trace["evidence"]))
+    output = ask(lm, [prompt], s.max_tokens["repair" if task == "truthfulqa" else "short"], calls, "main")[0]
+    return output, clean_answer(output, task)
+
+
 # ----------------------------------------------------------------------------------------------
 # The loop: one question
 
@@ -626,13 +641,8 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
                 # and an empty one searches the perturbed question: official, the raw output]
             outs = ask(main_lm, [REFORMULATE.format(question=x) for x in xs], s.max_tokens["reformulate"], calls, "main")
             queries = [clean_answer(o, "qa").strip("\"'") or x for o, x in zip(outs, xs)]
-        evidence = evidence_lines(queries, [bm25.search(q, TOP_K) for q in queries])
-        prompt = REPAIR[s.repair_prompt][task].format(question=x0, initial_long_answer=t0, initial_short_answer=r0,
-                                                      evidences="\n".join(evidence))
-        cap = s.max_tokens["repair" if task == "truthfulqa" else "short"]
-        repair_output = ask(main_lm, [prompt], cap, calls, "main")[0]
-        final = clean_answer(repair_output, task)
-        trace.update(queries=queries, evidence=evidence, repair_output=repair_output)   # raw, before clean_answer
+        trace.update(queries=queries, evidence=evidence_lines(queries, [bm25.search(q, TOP_K) for q in queries]))
+        trace["repair_output"], final = repair(main_lm, x0, trace, s, calls)   # raw, before clean_answer
     trace.update(final_answer=final, calls=calls)
     prediction = yes_no_label(final) if yn else final
     return {"prediction": prediction, "retrievals": len(queries), "model_calls": sum(calls.values()), "trace": trace}
@@ -772,6 +782,107 @@ def rate_text(cal: dict) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
+# Stage 3 again: a finished run's repair made with another prompt
+# (python rowen.py --repair-again RUN.jsonl --repair-prompt official [--output OUT.jsonl])
+#
+# Stages 1-2 and the search are in each row's trace, and the repair is one greedy call, so a run's Stage 3
+# can be redone alone, on the run's own model, precision and kernel (its settings file). Redone with the prompt
+# the run used, every repair output must come back as stored: the check that the rebuilt prompt is the run's.
+
+def repaired_row(row: dict, lm, s: Settings) -> dict:
+    """A finished run's row with its repair made again (repair, with s.repair_prompt): repair_prompt,
+    repair_output, final_answer and prediction replaced, all else as it was. A row that did not retrieve
+    (its trace holds no evidence) comes back unchanged; a failed row fails again with its error."""
+    if "error" in row:
+        raise common.InputError(row["error"])      # run() writes it as the failed row it was
+    trace = row["trace"]
+    if "evidence" not in trace:
+        return row
+    output, final = repair(lm, row["question"], trace, s, {"main": 0, "verifier": 0})
+    # the repair replaced the run's one repair call: model_calls, trace["calls"] and retrievals stay the run's
+    trace = {**trace, "repair_prompt": s.repair_prompt, "repair_output": output, "final_answer": final}
+    return {**row, "prediction": yes_no_label(final) if trace["task"] == "strategyqa" else final, "trace": trace}
+
+
+def repair_again(args) -> None:
+    """--repair-again RUN: every row of a finished Rowen run with its Stage 3 redone with --repair-prompt
+    (repaired_row), written as a run of its own (common.run: resumable, its settings checked) beside RUN as
+    RUN-repair-PROMPT.jsonl or at --output; then RUN's and the redone rows' figures side by side, and how
+    many repair outputs came back as stored. The settings name RUN and its content ("question file"), the
+    prompt and the code; the model, precision and kernel are RUN's, and a machine that computes in others is
+    refused (its outputs would differ for that alone). A row's seconds and cpu are this run's: the repair's."""
+    source = Path(args.repair_again)
+    fix = "; --repair-again takes a finished rowen.py run file, with its .settings.json beside it"
+    try:
+        rows = metrics.read_rows(source)
+    except ValueError as e:
+        raise common.InputError(f"--repair-again: {e}") from None
+    saved = common.read_settings(source.with_suffix(".settings.json"), fix)
+    needs = {"task", "initial_long_answer", "initial_answer"}       # what repair() reads, with the evidence
+    bad = [r.get("id") for r in rows
+           if "id" not in r or ("evidence" in r.get("trace", {}) and not needs <= set(r["trace"]))]
+    if not rows or bad or "--model" not in saved:
+        where = f"row {bad[0]} holds no Rowen trace" if bad else "no rows" if not rows else "its settings name no --model"
+        raise common.InputError(f"{source}: {where}{fix}")
+    if args.limit is not None and args.limit < 1:
+        raise common.InputError(f"--limit {args.limit}: give a positive number of questions, or leave --limit out")
+    if not 0 <= args.skip < len(rows[:args.limit]):
+        raise common.InputError(f"--skip {args.skip}: {len(rows[:args.limit])} rows are asked for; skip 0 to "
+                                f"{len(rows[:args.limit]) - 1} of them")
+    out = Path(args.output or source.with_name(f"{source.stem}-repair-{args.repair_prompt}.jsonl"))
+    if out.resolve() == source.resolve():
+        raise common.InputError(f"--output {out} is the run being repaired; pass another --output")
+    run_args = argparse.Namespace(
+        repair_again=str(source), data=str(source), repair_prompt=args.repair_prompt,  # data: RUN's content is hashed
+        model=saved["--model"], dtype=saved.get("--dtype", "auto"), linear=saved.get("--linear", "auto"),
+        device=saved.get("--device", "auto"), plain=saved.get("--plain", False),
+        limit=args.limit, skip=args.skip, output=str(out), overwrite=args.overwrite, cache=args.cache)
+    now = common.run_settings(run_args, __file__)
+    for key in ("precision", "linear layers"):
+        if saved.get(key, now[key]) != now[key]:
+            raise common.InputError(f"{source} was computed with {key} = {saved[key]}, this machine gives "
+                                    f"{now[key]}; redo its repair where it ran")
+    if args.cache:
+        common.check_cache_dir(args.cache)
+    if (cpus := {r.get("cpu") for r in rows} - {None, common.CPU}):
+        print(f"note: {source.name} ran on {', '.join(sorted(cpus))}, this is {common.CPU}: a kernel's rounding "
+              "differs between processors, so a repair output may differ for that alone", file=sys.stderr)
+    asked, done = rows[:args.limit][args.skip:], set()
+    # before the model loads, as check_inputs does for a run: a changed setting is refused, finished rows skipped
+    if out.exists() and out.with_suffix(".settings.json").exists() and not args.overwrite:
+        old = common.read_settings(out.with_suffix(".settings.json"))
+        if (key := next((k for k in sorted(set(old) | set(now)) if old.get(k) != now.get(k)), None)) is not None:
+            raise common.InputError(f"{out} was made with {key} = {old.get(key, '(unset)')}, this run has "
+                                    f"{now.get(key, '(unset)')}; pass another --output, or --overwrite to start it afresh")
+        try:
+            done = {r["id"] for r in metrics.read_rows(out)}
+        except ValueError:      # a row cut short by an interruption: run() drops it, or names the bad line
+            done = set()
+    if any(r["id"] not in done for r in asked):
+        lm = common.load_model(run_args.model, run_args.dtype, run_args.device, common.linear_of(run_args))
+        s = Settings(repair_prompt=args.repair_prompt)
+        common.run(run_args, out.stem, lambda row: repaired_row(row, lm, s), rows[:args.limit])
+    else:
+        print(f"every row asked for is already in {out} (--overwrite starts afresh)", file=sys.stderr)
+    print(repair_report(asked, metrics.read_rows(out), source, out))
+
+
+def repair_report(rows: list[dict], redone: list[dict], source: Path, out: Path) -> str:
+    """A run's rows and the same rows with Stage 3 redone (repair_again), side by side: their figures
+    (eval.summarize, over the ids in both), how many repair outputs came back as stored, how many
+    predictions changed."""
+    new = {r["id"]: r for r in redone}
+    rows = [r for r in rows if r["id"] in new]
+    table = metrics.format_table([(source.stem, metrics.summarize(rows)),
+                                  (out.stem, metrics.summarize([new[r["id"]] for r in rows]))], markdown=True)
+    repaired = [r for r in rows if "evidence" in r.get("trace", {}) and "error" not in r]
+    same = sum(new[r["id"]]["trace"].get("repair_output") == r["trace"].get("repair_output") for r in repaired)
+    changed = sum(new[r["id"]]["prediction"] != r["prediction"] for r in rows)
+    return (f"{table}\n{same} of {len(repaired)} repair outputs as stored in {source.name}; {changed} of "
+            f"{len(rows)} predictions changed")
+
+
+# ----------------------------------------------------------------------------------------------
 # Command line
 
 def run_name(args) -> str:
@@ -809,9 +920,17 @@ def main(argv=None):
                         "answers (detection_quality) and, for an --always-retrieve run, Rowen-CL, -CM, "
                         "-Hybrid and never-retrieve re-read from it (modes_from_run); the hybrid Z with the alpha of "
                         "the run (its traces), not --alpha; with --limit N, its first N rows; then exit")
+    p.add_argument("--repair-again", metavar="RUN",
+                   help="redo Stage 3 of a finished run file with --repair-prompt, on the run's model, precision "
+                        "and kernel (its settings; --model, --dtype, --device, --linear are not read): writes "
+                        "RUN-repair-PROMPT.jsonl or --output, resumable; --limit, --skip, --overwrite and --cache "
+                        "apply (repair_again); then exit")
     args = p.parse_args(argv)
     if args.modes_from:   # the analysis section above
         print(report(args.modes_from, args.limit))
+        return
+    if args.repair_again:   # Stage 3 again, above
+        repair_again(args)
         return
     if args.k < 1:
         raise common.InputError(f"--k {args.k}: need at least one perturbed question")

@@ -16,11 +16,12 @@
 set -euo pipefail
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 M=qwen2.5-coder-1.5b
-R=../shared/data/raw
+R=data/raw                     # the question files: make data
 CACHE=${CACHE:-/work/call-cache}
 K=(--dtype float32 --linear onednn --cache "$CACHE")
 H=$R/hotpotqa/hotpot_dev_distractor_v1_100.json
-[ -f seakr.py ] && [ -d "$R" ] || { echo "error: run from the pinned worktree, with $R beside it" >&2; exit 1; }
+[ -f seakr.py ] || { echo "error: run from the pinned worktree" >&2; exit 1; }
+[ -d "$R" ] || { echo "error: no $R here: run make data first (or: python ../main/questions.py fetch --dest $R)" >&2; exit 1; }
 python -c "import torch, transformers" 2>/dev/null \
     || { echo "error: no torch here: activate the project's environment first (source ../main/.venv/bin/activate)" >&2; exit 1; }
 

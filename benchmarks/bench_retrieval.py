@@ -1,7 +1,7 @@
 """Retrieval benchmarks: parity with real Lucene 8, and the on-disk index at scale.
 
   python benchmarks/bench_retrieval.py parity [--corpus FILE] [--out results.json]
-      Indexes the corpus (default: the 1,000 DPR passages of ../shared/data/raw/dpr_wiki) with
+      Indexes the corpus (default: the 1,000 DPR passages of data/raw/dpr_wiki, from make data) with
       benchmarks/lucene/LuceneRef.java (Lucene 8 EnglishAnalyzer on title + txt, StandardAnalyzer
       on text, BM25 1.2/0.75) and with our presets (in memory and the tantivy index), runs 300
       queries (100 NQ-open, 100 HotpotQA questions, 100 passage snippets) and prints top-1 / top-3
@@ -32,9 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import retrieval  # noqa: E402
-RAW = ROOT.parent / "shared/data/raw"
-if not RAW.exists():
-    RAW = Path("/work/shared/data/raw")
+RAW = ROOT / "data/raw"    # make data
 JAVA_SRC = ROOT / "benchmarks/lucene/LuceneRef.java"
 JAR_GLOBS = ("/usr/share/java/lucene-core-8*.jar", "/usr/share/java/lucene-analyzers-common-8*.jar")
 

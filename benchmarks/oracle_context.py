@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 import common  # noqa: E402
 import eval as metrics  # noqa: E402
 
-HOTPOT = ROOT.parent / "shared" / "data" / "raw" / "hotpotqa" / "hotpot_dev_distractor_v1_100.json"
+HOTPOT = ROOT / "data/raw/hotpotqa/hotpot_dev_distractor_v1_100.json"   # make data
 INSTRUCTION = "Answer the question with a few words."
 
 

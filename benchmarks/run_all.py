@@ -30,12 +30,12 @@ eval.step_signals; and from a seakr-calibrate file, SeaKR's threshold
 by the paper's 5.3 rule and ours: seakr.threshold_table), OUT/figures.json and, if matplotlib is installed (an optional dependency of this command only),
 OUT/f1_vs_retrieval.png: F1 against retrieval rate (acc_vs_retrieval.png for StrategyQA's accuracy), one line
 per method through its thresholds, its baselines as named squares. SeaKR's answers (its baselines' too) are read again as the
-official code reads them (reread_seakr: runs before the official reading read them to a sentence end); the table
+official code reads them (eval.reread_seakr: runs before the official reading read them to a sentence end); the table
 says how many changed and where the official reading would have taken another course (course_changes), and
 figures.json holds the changed answers (its "reread"), which view.py shows; every EM/F1 run is also read under
 that one rule, CtrlA's too (one_rule), and the reading across methods comes from that table. A CtrlA
 run's multi-hop chains that name no answer take the forced answers of its side file, NAME.forced.jsonl
-(`ctrla.py --force-answers`, for runs made before ctrla.py forced them itself; ctrla.with_forced): the
+(`ctrla.py --force-answers`, for runs made before ctrla.py forced them itself; eval.with_forced): the
 table says how many, figures.json holds the counts ("forced") and the changed answers
 ("forced_answers"), which view.py shows. A run file with fewer questions than the directory's longest (a
 run still going) is left out of all of it and named under the table (figures.json: "in_progress").
@@ -173,24 +173,12 @@ def row_id(row: dict, line: int) -> str:
     return str(row.get("id", f"line {line}"))
 
 
-def reread_seakr(rows: list[dict]) -> tuple[list[dict], dict]:
-    """The rows of a seakr.py run with each prediction read again under the official SeaKR reading
-    (eval.common_reading: cut at its first comma or period), and the ones that changed ({id, or "line N" as
-    view.py names a row without one: the prediction as read again}). Runs made before seakr.py read answers
-    as the official code does (eval.read_answer) read them to the first sentence end ("Mumbai, India",
-    "August 25, 1963"); reading an answer of today's code again gives it unchanged. The run files keep the
-    predictions as run; view.py shows both, from figures.json."""
-    out = [{**r, "prediction": metrics.common_reading(r["prediction"])} if r.get("prediction") else r for r in rows]
-    return out, {row_id(r, i): o["prediction"]
-                 for i, (r, o) in enumerate(zip(rows, out), 1) if r.get("prediction") != o.get("prediction")}
-
-
 # what the reading before the official one took for a named answer: "the answer is" and a word after it
 _NAMED_BEFORE = re.compile(r"the answer is\s*:?\s*\w", re.IGNORECASE)
 
 
 def course_changes(rows: list[dict]) -> list[str]:
-    """Ids of the questions (as reread_seakr names them) where the official reading would have taken another
+    """Ids of the questions (as eval.reread_seakr names them) where the official reading would have taken another
     course than the reading the run was made with, so that reading the final answer again does not give what
     today's code would answer: a step kept before the last names an answer by the official reading (a comma
     or period after it, "So the answer is August 25, 1963": today's loop stops there), or a text whose answer
@@ -215,15 +203,14 @@ def course_changes(rows: list[dict]) -> list[str]:
 def table_rows(a, reread: dict | None = None, course: dict | None = None,
                in_progress: dict | None = None, forced: dict | None = None) -> list[tuple[str, str, str, dict, list]]:
     """(name, method, label, summary, rows) for every run file present, the Rowen rows re-read, the SeaKR
-    answers read again (reread_seakr; `reread` gets the changed predictions of each run, `course` the
+    answers read again (eval.read_run; `reread` gets the changed predictions of each run, `course` the
     questions of each where the official reading would have changed the course: course_changes). A run with fewer
     questions than the directory's longest (one still running, as the background plan's runs are while
     their files grow) is left out, and `in_progress` gets its [questions done, of]: a table compares
     runs over the same questions. A CtrlA run's multi-hop chains that name no answer take the forced
-    answers of its side file (ctrla.with_forced); `forced` gets (rows that took one, rows still without,
+    answers of its side file (eval.with_forced); `forced` gets (rows that took one, rows still without,
     {id: the answer it changed to}) per CtrlA run that has such chains."""
-    import ctrla  # here, not at the top: they import torch through common
-    import rowen
+    import rowen  # here, not at the top: it imports torch through common
     out = []
     named = {**runs(a), **SIGNAL_RUNS, **{n: ("seakr.py", None, m, label) for n, (m, label) in LEGACY.items()}}
     found = {name: metrics.read_rows(a.out / f"{name}.jsonl") for name in named if (a.out / f"{name}.jsonl").exists()}
@@ -236,19 +223,13 @@ def table_rows(a, reread: dict | None = None, course: dict | None = None,
             if in_progress is not None:
                 in_progress[name] = [len(rows), most]
             continue
-        if script == "seakr.py" and name not in SIGNAL_RUNS:
-            rows, changed = reread_seakr(rows)
-            if changed and reread is not None:
-                reread[name] = changed
-            if course is not None and (ids := course_changes(rows)):
-                course[name] = ids      # checked in every run: a step may change the course where no answer does
-        if script == "ctrla.py":
-            side = ctrla.side_file(a.out / f"{name}.jsonl")
-            was = {r["id"]: r["prediction"] for r in rows}
-            rows, took = ctrla.with_forced(rows, metrics.read_rows(side)) if side.exists() else (rows, 0)
-            left = sum(map(ctrla.needs_forcing, rows))
-            if forced is not None and (took or left):
-                forced[name] = (took, left, {r["id"]: r["prediction"] for r in rows if r["prediction"] != was[r["id"]]})
+        rows, info = metrics.read_run(a.out / f"{name}.jsonl", script, name in SIGNAL_RUNS and script == "seakr.py")
+        if "reread" in info and info["reread"] and reread is not None:
+            reread[name] = info["reread"]
+        if script == "seakr.py" and name not in SIGNAL_RUNS and course is not None and (ids := course_changes(rows)):
+            course[name] = ids      # checked in every run: a step may change the course where no answer does
+        if "forced" in info and forced is not None:
+            forced[name] = tuple(info["forced"])
         if name != HYBRID:
             out.append((name, method, label, rows))
             continue

@@ -440,11 +440,11 @@ def test_first_sentence_and_answer():
     # and the next sentence follows it with no space: the text as the model wrote it
     assert ctrla.joined(["Steps:\n", "1. Find it.", "2. Say it.\n", "Done."]) == "Steps:\n1. Find it. 2. Say it.\nDone."
     assert ctrla.joined([]) == ""
-    assert ctrla.extract_answer("They are both producers. So the answer is producer.") == "producer"
+    assert metrics.dragin_answer("They are both producers. So the answer is producer.") == "producer"
     # to the end of its line (the stated divergence from DRAGIN, which reads on), on the same line whole
-    assert ctrla.extract_answer("So the answer is: WINNER.\nStep 4: check it.") == "WINNER"
-    assert ctrla.extract_answer("So the answer is WINNER. Step 4: The answer") == "WINNER. Step 4: The answer"
-    assert ctrla.extract_answer("No answer named here.\n") == "No answer named here."
+    assert metrics.dragin_answer("So the answer is: WINNER.\nStep 4: check it.") == "WINNER"
+    assert metrics.dragin_answer("So the answer is WINNER. Step 4: The answer") == "WINNER. Step 4: The answer"
+    assert metrics.dragin_answer("No answer named here.\n") == "No answer named here."
     assert ctrla.clean_query(' Search query: "Who built it?"\nmore') == "Who built it?"
 
 
@@ -873,21 +873,21 @@ def test_the_forced_answer_is_the_plain_models(tiny_run, monkeypatch):
     assert res["trace"]["forced"] is not None         # a random model names no answer
     assert calls[-1][0] == ctrla.FORCED_TOKENS and calls[-1][1] == before
     assert all(h != before for _, h in calls[:-1])    # the segments were steered
-    assert res["prediction"] == ctrla.extract_answer(ctrla.forced_reply(res["trace"]["answer"], res["trace"]["forced"]))
+    assert res["prediction"] == metrics.dragin_answer(metrics.forced_reply(res["trace"]["answer"], res["trace"]["forced"]))
 
 
 def test_cut_chain_and_forced_reply():
-    assert ctrla.cut_chain("A is B. Question: C?") == "A is B. "
-    assert ctrla.cut_chain("Question: at the start stays") == "Question: at the start stays"
-    assert ctrla.forced_reply("A is B.\n", " C. Note: x") == "A is B. So the answer is C. "
-    assert ctrla.forced_reply("", " C.") == "So the answer is C."
-    assert ctrla.multihop_prediction("A is B. So the answer is D.", None) == "D"
-    assert ctrla.multihop_prediction("A is B.", " C.\nMore") == "C"
+    assert metrics.cut_chain("A is B. Question: C?") == "A is B. "
+    assert metrics.cut_chain("Question: at the start stays") == "Question: at the start stays"
+    assert metrics.forced_reply("A is B.\n", " C. Note: x") == "A is B. So the answer is C. "
+    assert metrics.forced_reply("", " C.") == "So the answer is C."
+    assert metrics.multihop_prediction("A is B. So the answer is D.", None) == "D"
+    assert metrics.multihop_prediction("A is B.", " C.\nMore") == "C"
     # a chain that names its answer is cut at FORCE_CUT first, as DRAGIN returns it
-    assert ctrla.multihop_prediction("So the answer is D. Note: E.", None) == "D"
-    assert ctrla.multihop_prediction("So the answer is D.Question: E?", None) == "D"
+    assert metrics.multihop_prediction("So the answer is D. Note: E.", None) == "D"
+    assert metrics.multihop_prediction("So the answer is D.Question: E?", None) == "D"
     # "The answer is" in any case names the answer (DRAGIN's lower-case test would force one)
-    assert ctrla.multihop_prediction("The answer is no.", None) == "no"
+    assert metrics.multihop_prediction("The answer is no.", None) == "no"
 
 
 def mh_row(qid, answer, task="hotpotqa", **trace):
@@ -899,11 +899,11 @@ def test_rows_read_with_their_forced_answers():
     rows = [mh_row("1", "A is B."), mh_row("2", "So the answer is E."), mh_row("3", "A is B.", task="short"),
             mh_row("4", "A is B.", forced=" F."), mh_row("5", "A is B.")]
     side = [{"id": i, "forced": " C.", "seconds": 1.5, "cpu": "x"} for i in "1234"]
-    out, n = ctrla.with_forced(rows, side)
+    out, n = metrics.with_forced(rows, side)
     assert n == 1 and out[0]["prediction"] == "C" and out[0]["model_calls"] == 4 and out[0]["seconds"] == 11.5
     assert out[0]["trace"]["forced"] == " C." and "forced" not in rows[0]["trace"]   # the input rows unchanged
     assert out[1:] == rows[1:]          # an answer of its own, another task, forced already, no side row
-    assert [ctrla.needs_forcing(r) for r in out] == [False, False, False, False, True]
+    assert [metrics.needs_forcing(r) for r in out] == [False, False, False, False, True]
 
 
 def test_force_answers_writes_a_side_file_and_resumes(tmp_path, monkeypatch):
@@ -980,7 +980,7 @@ def test_multihop_reading_beside_dragins(text, ours, dragin):
     """The stated divergence: "the answer is" in any case, the answer cut at its line break. The dragin
     column is DRAGIN's HotpotQA reader (oneal2000/DRAGIN, src/data.py:416-430) run outside the project
     on the same text. Were `ours` the gold answer, DRAGIN's reading would score EM 0 where they differ."""
-    assert ctrla.extract_answer(text) == ours
+    assert metrics.dragin_answer(text) == ours
     assert bool(metrics.exact_match(dragin, [ours])) == (ours == dragin)
 
 

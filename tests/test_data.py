@@ -1,7 +1,17 @@
 """Tests of retrieval (tokenizer, corpora, BM25) and of the dataset loaders, on small fixtures in
-tests/fixtures written for this project (one per supported format)."""
+tests/fixtures written for this project (one per supported format); and of `make data` (questions.fetch)
+against a loopback HTTP server on 127.0.0.1, nothing fetched from elsewhere."""
+import hashlib
+import http.server
 import json
+import os
+import re
 import shutil
+import subprocess
+import sys
+import threading
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -10,6 +20,7 @@ import questions
 from common import BM25, DATASETS, STOP_WORDS, InputError, load_dataset
 from retrieval import contexts_corpus, load_corpus
 
+ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 RAW = Path(__file__).parents[2] / "shared/data/raw"  # real data; only on the developers' machine
 
@@ -317,3 +328,193 @@ def test_shipped_demo_sets_and_corpus():
             assert all(any(a.lower() in text for a in r["answers"]) for r in records), name
     hits = BM25(corpus).search("Which city was Ludwig van Beethoven born in?", 3)
     assert hits and all(h["score"] > 0 for h in hits)
+
+
+# --- make data: questions.fetch over a loopback server ---------------------------------------------
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@contextmanager
+def serving(folder, handler=QuietHandler):
+    """An HTTP server on 127.0.0.1 (a free port) serving `folder`; yields its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=str(folder)))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def fetch_cli(*argv, **env):
+    """`python questions.py fetch ...` with only the DATA_FROM / DATA_URL given here."""
+    env = {**{k: v for k, v in os.environ.items() if k not in ("DATA_FROM", "DATA_URL")}, **env}
+    return subprocess.run([sys.executable, "questions.py", "fetch", *map(str, argv)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def one_error_line(r):
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    return lines[0]
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_raw_files_cover_every_path_the_readmes_and_benchmarks_use():
+    """Every data/raw/ file named in a command is one `make data` fetches; none still needs ../shared."""
+    docs = [ROOT / "README.md", ROOT / "results/README.md", ROOT / "Makefile",
+            *sorted((ROOT / "benchmarks").glob("*.py")), *sorted((ROOT / "benchmarks").glob("*.sh"))]
+    named = set()
+    for path in docs:
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r'\.\./shared|shared/data|"shared" /', text), path
+        named |= set(re.findall(r"(?:data/raw|\$R|RAW) ?/ ?\"?([\w.-]+/[\w.-]+\.(?:jsonl|json|csv))", text))
+    assert {"hotpotqa/hotpot_dev_distractor_v1_100.json", "nq/NQ-open.dev.jsonl", "rowen/TruthfulQA.json",
+            "dpr_wiki/sample_data.jsonl"} <= named          # the regex finds the commands' files
+    assert named <= set(questions.RAW_FILES), named - set(questions.RAW_FILES)
+    assert "data/raw/" in (ROOT / ".gitignore").read_text().split()
+    assert all(re.fullmatch(r"[0-9a-f]{64}", s.sha256) for s in questions.RAW_FILES.values())
+
+
+def test_fetch_downloads_checks_and_keeps_a_checked_file(tmp_path, monkeypatch, capsys):
+    """The download code end to end on files made here: whole files and the first records of a JSON list,
+    from each file's own URL or from a mirror (base_url); a file already there is checked, not fetched again,
+    and one that differs is fetched again; nothing half-written is left beside them."""
+    src = tmp_path / "src"
+    (src / "t").mkdir(parents=True)
+    records = [{"_id": str(i), "question": f"q{i}/?", "answer": "é"} for i in range(5)]
+    (src / "t/all.json").write_text(json.dumps(records, indent=1))       # formatting other than ours
+    (src / "t/a.csv").write_bytes(b"statement,label\nx,1\n")
+    first3 = json.dumps(records[:3], separators=(",", ":")).encode()
+    dest = tmp_path / "raw"
+    with serving(src) as url:
+        monkeypatch.setattr(questions, "RAW_FILES", {
+            "t/first3.json": questions.Source(f"{url}/t/all.json", sha(first3), records=3),
+            "t/a.csv": questions.Source(f"{url}/t/a.csv", sha(b"statement,label\nx,1\n"))})
+        assert questions.fetch(dest=dest) == [dest / "t/first3.json", dest / "t/a.csv"]
+        assert (dest / "t/first3.json").read_bytes() == first3
+        assert json.loads((dest / "t/first3.json").read_bytes()) == records[:3]
+        assert (dest / "t/a.csv").read_bytes() == b"statement,label\nx,1\n"
+        capsys.readouterr()
+        (dest / "t/a.csv").write_bytes(b"edited")
+        questions.fetch(["t"], dest=dest)
+        out = capsys.readouterr().out
+        assert "t/first3.json: already there, sha256 checked" in out
+        assert "t/a.csv: the file there is not the one checked here; fetching it again" in out
+        assert (dest / "t/a.csv").read_bytes() == b"statement,label\nx,1\n"
+    mirror = tmp_path / "mirror"                                           # base_url: NAME under a mirror
+    (mirror / "t").mkdir(parents=True)
+    (mirror / "t/first3.json").write_bytes(json.dumps(records[:4]).encode())
+    shutil.rmtree(dest)
+    with serving(mirror) as url:
+        questions.fetch(["t/first3.json"], dest=dest, base_url=url + "/")
+    assert (dest / "t/first3.json").read_bytes() == first3
+    assert sorted(p.name for p in dest.rglob("*")) == ["first3.json", "t"]   # no .part file left
+
+
+def test_a_damaged_or_missing_download_is_one_line_naming_the_file_and_source(tmp_path):
+    """The real table (questions.RAW_FILES) against a loopback mirror holding a damaged copy and no other
+    file: one `error:` line naming the file and its source, exit code 2, nothing written."""
+    mirror = tmp_path / "mirror"
+    (mirror / "rowen").mkdir(parents=True)
+    (mirror / "rowen/TruthfulQA.json").write_text('[{"Question": "damaged"}]')
+    (mirror / "hotpotqa").mkdir()
+    (mirror / "hotpotqa/hotpot_dev_distractor_v1_100.json").write_text('[{"_id": "only one"}]')
+    dest = tmp_path / "raw"
+    with serving(mirror) as url:
+        line = one_error_line(fetch_cli("rowen/TruthfulQA.json", "--base-url", url, "--dest", dest))
+        assert line.startswith(f"error: rowen/TruthfulQA.json: {url}/rowen/TruthfulQA.json gives sha256 ")
+        assert "expected e6696ea6e063..." in line and "dhx20150812/Rowen" in line
+        line = one_error_line(fetch_cli("rowen/sampled_nq.json", "--dest", dest, DATA_URL=url))
+        assert line.startswith(f"error: rowen/sampled_nq.json: cannot download {url}/rowen/sampled_nq.json "
+                               "(HTTP Error 404")
+        assert line.endswith("or copy the files with DATA_FROM=DIR make data")
+        hotpot = "hotpotqa/hotpot_dev_distractor_v1_100.json"
+        line = one_error_line(fetch_cli(hotpot, "--dest", dest, DATA_URL=url))
+        assert "hotpot_dev_distractor_v1_100.json is not a JSON list of at least 103 records" in line
+    assert not dest.exists()
+    line = one_error_line(fetch_cli("nosuch", "--dest", dest))
+    assert line.startswith("error: nosuch: not a file of data/raw/; name a folder (hotpotqa, ")
+
+
+class CutShort(http.server.BaseHTTPRequestHandler):
+    """Promises 1,000 bytes, sends 10 and hangs up: a download interrupted half-way."""
+    def __init__(self, *args, directory=None, **kwargs):
+        super().__init__(*args, **kwargs)
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        self.wfile.write(b"0123456789")
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+def test_an_interrupted_download_leaves_nothing_written(tmp_path):
+    dest = tmp_path / "raw"
+    with serving(tmp_path, CutShort) as url:
+        with pytest.raises(InputError) as e:
+            questions.fetch(["ctrla/bio_gen.jsonl"], dest=dest, base_url=url)
+    assert str(e.value).startswith(f"ctrla/bio_gen.jsonl: ") and url in str(e.value)
+    assert "\n" not in str(e.value)
+    assert not list(dest.rglob("*.*"))
+
+
+def test_data_from_a_local_folder_refuses_a_damaged_or_missing_copy(tmp_path):
+    copy = tmp_path / "copy"
+    (copy / "rowen").mkdir(parents=True)
+    (copy / "rowen/sampled_nq.json").write_text("[]")
+    dest = tmp_path / "raw"
+    line = one_error_line(fetch_cli("rowen", "--dest", dest, DATA_FROM=copy))
+    assert line.startswith(f"error: rowen/TruthfulQA.json: cannot read {copy}/rowen/TruthfulQA.json "
+                           "(No such file or directory); DATA_FROM must hold data/raw/'s layout "
+                           "(this file's source: https://raw.githubusercontent.com/dhx20150812/Rowen/")
+    line = one_error_line(fetch_cli("rowen/sampled_nq.json", "--from", copy, "--dest", dest))
+    assert line.startswith(f"error: rowen/sampled_nq.json: {copy}/rowen/sampled_nq.json gives sha256 ")
+    line = one_error_line(fetch_cli("--dest", dest, DATA_FROM=tmp_path / "nowhere"))
+    assert line.startswith(f"error: DATA_FROM={tmp_path / 'nowhere'}: no such folder")
+    assert not dest.exists()
+
+
+@pytest.mark.skipif(not shutil.which("make"), reason="needs make")
+def test_make_data_passes_data_from():
+    r = subprocess.run(["make", "-n", "-o", ".venv/.installed", "data", "DATA_FROM=some dir"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and 'questions.py fetch --from "some dir"' in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.skipif(not RAW.is_dir(), reason="shared/data/raw is only on the developers' machine")
+def test_make_data_fetches_every_file_from_a_loopback_copy_of_the_sources(tmp_path):
+    """Every file of RAW_FILES downloaded by the real code from a loopback server over the developers' copy
+    of the sources, each checked; whole files byte for byte, HotpotQA's first 103 records as they are there.
+    DATA_FROM takes the same files from that folder with the same checks."""
+    dest = tmp_path / "raw"
+    with serving(RAW) as url:
+        r = fetch_cli("--dest", dest, DATA_URL=url)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith(f"{len(questions.RAW_FILES)} files in {dest}, each one's sha256 checked")
+    for name, source in questions.RAW_FILES.items():
+        data = (dest / name).read_bytes()
+        assert sha(data) == source.sha256, name
+        if source.records is None:
+            assert data == (RAW / name).read_bytes(), name
+    hotpot = "hotpotqa/hotpot_dev_distractor_v1_100.json"
+    assert json.loads((dest / hotpot).read_bytes()) == json.loads((RAW / hotpot).read_bytes())
+    assert load_dataset(dest / hotpot) == load_dataset(RAW / hotpot)
+    r = fetch_cli("rowen", hotpot, "--dest", tmp_path / "copied", DATA_FROM=RAW)
+    assert r.returncode == 0, r.stderr
+    assert {str(p.relative_to(tmp_path / "copied")) for p in (tmp_path / "copied").rglob("*.*")} == \
+        {hotpot, *(n for n in questions.RAW_FILES if n.startswith("rowen/"))}
+    assert (tmp_path / "copied" / hotpot).read_bytes() == (dest / hotpot).read_bytes()

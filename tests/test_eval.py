@@ -564,3 +564,31 @@ def test_inside_a_word_counts_the_official_substring_hits():
     assert ev.inside_a_word("He is a politician.", golds) is False        # a whole word
     assert ev.inside_a_word("Pol Pot", golds) is False                      # "pol" as a word
     assert ev.inside_a_word("a writer", golds) is False                     # not right at all
+
+
+def test_cli_reads_runs_as_the_tables_do(tmp_path):
+    """One scorer: a seakr.py run is read under the official reading (its settings name the method), a
+    ctrla.py run with its side file's forced answers, the side file given on the command line is skipped,
+    and each re-reading is said in one line."""
+    def row(qid, prediction, **trace):
+        return {"id": qid, "answers": ["Paris"], "prediction": prediction, "retrievals": 0, "model_calls": 1,
+                "seconds": 1.0, "trace": trace}
+    seakr = tmp_path / "cot.jsonl"
+    seakr.write_text(json.dumps(row("1", "Paris, France", chain="So the answer is Paris, France.")) + "\n")
+    (tmp_path / "cot.settings.json").write_text(json.dumps({"method code": "seakr.py, 1 bytes, sha256 x"}))
+    ctrla = tmp_path / "ctrla.jsonl"
+    ctrla.write_text(json.dumps(row("1", "It is a city in France.", task="hotpotqa", answer="It is a city in France.")) + "\n")
+    (tmp_path / "ctrla.settings.json").write_text(json.dumps({"method code": "ctrla.py, 1 bytes, sha256 x"}))
+    side = tmp_path / "ctrla.forced.jsonl"
+    side.write_text(json.dumps({"id": "1", "forced": " Paris.", "seconds": 2.0}) + "\n")
+    result = run_cli(seakr, ctrla, side)
+    assert result.returncode == 0, result.stderr
+    table = {line.split()[0]: line.split()[1:4] for line in result.stdout.splitlines()[1:]}
+    assert table == {"cot": ["1", "100.0", "100.0"], "ctrla": ["1", "100.0", "100.0"]}      # as run: 0 and 0
+    notes = result.stderr.splitlines()
+    assert notes == ["cot.jsonl: 1 SeaKR answers read again under the official reading (eval.common_reading: cut "
+                     "at the first comma or period), as the results tables read them",
+                     "ctrla.jsonl: 1 chains that name no answer read with the forced answers of ctrla.forced.jsonl",
+                     "ctrla.forced.jsonl: skipped, the forced answers of ctrla.jsonl, read with it"]
+    (tmp_path / "cot.settings.json").unlink()          # without settings: read as run
+    assert run_cli(seakr).stdout.splitlines()[1].split()[1:4] == ["1", "0.0", "66.7"]

@@ -1,6 +1,7 @@
 """Rowen: the spec's facts (shared/specs/rowen.md section 10), scripted pipelines with hand-computed
 scores, batching and call counts, and the loop on tiny random models."""
 import argparse
+import hashlib
 import json
 import re
 
@@ -953,3 +954,101 @@ def test_each_calibrated_threshold_is_read_from_its_own_tasks_z(task, rate_of_th
         zs = [rowen.mode_score(r["trace"], "hybrid") for r in rows]
         assert sum(z < rowen.CALIBRATED[("truthfulqa", *pair)] for z in zs) / 50 == rate_of_the_other
         assert sum(z < rowen.CALIBRATED[(task, *pair)] for z in zs) / 50 == 0.14
+
+
+# ---------------------------------------------------------------------------------------------- Stage 3 again
+
+def test_repair_rebuilds_from_a_written_trace_the_prompt_solve_sent(monkeypatch, tiny):
+    out, script = run_scripted(monkeypatch, tiny, SQA_RULES, SQA, threshold=1.1)
+    sent = [(m, us) for m, us in script.batches if any(REPAIR_KEY in u for u in us)]
+    trace = json.loads(json.dumps(out["trace"], ensure_ascii=False))     # as a run file holds it
+    again = Script(SQA_RULES)
+    monkeypatch.setattr(common, "greedy", again.greedy)
+    calls = {"main": 0, "verifier": 0}
+    assert rowen.repair(("M", tiny[1]), SQA["question"], trace, rowen.Settings(), calls) == ("False.", "False.")
+    assert again.batches == sent and len(sent) == 1 and calls["main"] == 1
+
+
+class PerQuestion(Script):
+    """Script whose perturbation depends on the question: SQA's retrieves at threshold 1.1 (Z = 1.0), any other's
+    questions all begin with "Did", whose labels agree in every language and model (Z = 2.0), so it keeps r0."""
+
+    def sample(self, model, tok, prompt, k, **kw):
+        self.batches.append((model, ["<sampled>"]))
+        return [common.Generation(self.rules["perturb"] if SQA["question"] in prompt else "1. Did A?\n2. Did B?",
+                                  [], [], "eos")]
+
+
+def test_repair_again_redoes_stage_3_of_a_run_file(tmp_path, monkeypatch, tiny, capsys):
+    data, corpus, src = tmp_path / "sqa.json", tmp_path / "corpus.jsonl", tmp_path / "run.jsonl"
+    data.write_text(json.dumps([{"question": SQA["question"], "answer": False},
+                                {"question": "Did Plato own a horse?", "answer": True}]))
+    corpus.write_text("\n".join(json.dumps(p) for p in CORPUS))
+    monkeypatch.setattr(common, "load_model", lambda name, *a, **k: ("V" if name == rowen.VERIFIER else "M", tiny[1]))
+    rules = {**SQA_RULES, "M": [("Search results:", "True")] + SQA_RULES["M"]}    # ours says True, the official False
+
+    def main(argv, out):        # (the user turns M was asked, the rows of the file `out`)
+        script = PerQuestion(rules)
+        monkeypatch.setattr(common, "greedy", script.greedy)
+        monkeypatch.setattr(common, "sample", script.sample)
+        rowen.main(argv)
+        return [u for _, us in script.batches for u in us], metrics.read_rows(out)
+    source_asked, source = main(["--data", str(data), "--corpus", str(corpus), "--k", "3", "--threshold", "1.1",
+                                 "--repair-prompt", "correct", "--output", str(src)], src)
+    assert ["evidence" in r["trace"] for r in source] == [True, False] and source[0]["prediction"] == "yes"
+    same = lambda a, b: {k: v for k, v in a.items() if k not in ("seconds", "cpu")} == \
+        {k: v for k, v in b.items() if k not in ("seconds", "cpu")}
+
+    # the consistency check: with the run's own prompt, the same prompt goes out and every row comes back as it was
+    capsys.readouterr()
+    asked, rows = main(["--repair-again", str(src), "--repair-prompt", "correct", "--output", str(tmp_path / "c.jsonl")],
+                       tmp_path / "c.jsonl")
+    assert asked == [u for u in source_asked if u.startswith("Search results:")] and len(asked) == 1
+    assert all(same(a, b) for a, b in zip(rows, source)) and len(rows) == 2
+    assert "1 of 1 repair outputs as stored in run.jsonl; 0 of 2 predictions changed" in capsys.readouterr().out
+
+    # the official prompt, one row first: only the repair's fields change
+    off = tmp_path / "run-repair-official.jsonl"                   # the default name
+    asked, rows = main(["--repair-again", str(src), "--repair-prompt", "official", "--limit", "1"], off)
+    assert len(asked) == 1 and REPAIR_KEY in asked[0] and asked[0].startswith("You are an advanced AI")
+    assert rows[0]["prediction"] == "no" and {k: v for k, v in rows[0]["trace"].items() if source[0]["trace"][k] != v} == \
+        {"repair_prompt": "official", "repair_output": "False.", "final_answer": "False."}
+    assert same({**rows[0], "prediction": "yes", "trace": source[0]["trace"]}, source[0])
+    # a resume skips the done row (a row cut short by an interruption is dropped); the row that did not retrieve
+    # is copied without a call
+    off.write_text(off.read_text() + '{"id": "strategyqa-1", "predic')
+    asked, rows = main(["--repair-again", str(src), "--repair-prompt", "official"], off)
+    assert asked == [] and rows[0]["trace"]["repair_output"] == "False." and same(rows[1], source[1]) and len(rows) == 2
+    assert "0 of 1 repair outputs as stored in run.jsonl; 1 of 2 predictions changed" in capsys.readouterr().out
+    settings = json.loads(off.with_suffix(".settings.json").read_text())
+    assert settings["--repair-again"] == str(src) and settings["--repair-prompt"] == "official"
+    assert settings["question file"].endswith(hashlib.sha256(src.read_bytes()).hexdigest()[:16])   # the run's content
+    assert settings["method code"].startswith("rowen.py, ") and settings["--model"] == rowen.MODEL
+    with pytest.raises(common.InputError, match=r"made with --repair-prompt = official, this run has correct"):
+        main(["--repair-again", str(src), "--repair-prompt", "correct", "--output", str(off)], off)
+    with pytest.raises(common.InputError, match="is the run being repaired"):
+        main(["--repair-again", str(src), "--output", str(src)], src)
+    # a failed row stays failed, with its error
+    failed = tmp_path / "failed.jsonl"
+    failed.write_text(json.dumps(source[0]) + "\n" + json.dumps({**source[1], "prediction": "", "trace": {},
+                                                                 "error": "too long"}) + "\n")
+    failed.with_suffix(".settings.json").write_text(src.with_suffix(".settings.json").read_text())
+    _, rows = main(["--repair-again", str(failed), "--repair-prompt", "official"], tmp_path / "failed-repair-official.jsonl")
+    assert rows[0]["prediction"] == "no" and rows[1]["error"] == "too long" and rows[1]["prediction"] == ""
+
+
+def test_repair_again_on_a_tiny_model_gives_back_the_stored_outputs(tmp_path, monkeypatch, tiny_real):
+    # real decoding, either tokenizer: the rebuilt chat prompt is token for token the one the run sent
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: tiny_real)
+    monkeypatch.setattr(rowen, "MAX_TOKENS", SMALL)
+    src, again = tmp_path / "run.jsonl", tmp_path / "again.jsonl"
+    rowen.main(["--dataset", "strategyqa", "--limit", "2", "--k", "1", "--always-retrieve", "--repair-prompt", "correct",
+                "--output", str(src)])
+    served = common.CACHE_STATS["served"]
+    for _ in range(2):       # the second time from the call cache (--cache), as other runs
+        rowen.main(["--repair-again", str(src), "--repair-prompt", "correct", "--cache", str(tmp_path / "cache"),
+                    "--overwrite", "--output", str(again)])
+        old, new = metrics.read_rows(src), metrics.read_rows(again)
+        assert [r["trace"]["repair_output"] for r in new] == [r["trace"]["repair_output"] for r in old]
+        assert [r["prediction"] for r in new] == [r["prediction"] for r in old] and len(new) == 2
+    assert common.CACHE_STATS["served"] == served + 2

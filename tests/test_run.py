@@ -177,6 +177,28 @@ def test_resume_stops_when_the_question_file_or_the_code_changed(tmp_path):
         common.run(args, "fake", ns["solve"])
 
 
+def test_a_question_file_moved_to_another_path_resumes_and_the_settings_hash_every_shared_file(tmp_path):
+    """`make data` puts the question files at data/raw/X where runs read ../shared/data/raw/X: the same
+    bytes under another path are the same input; other bytes under the same name are not. The settings hash
+    every project file the run imported besides its method file (eval.py, retrieval.py, questions.py, ...)."""
+    first, moved = tmp_path / "a" / "q.jsonl", tmp_path / "b" / "q.jsonl"
+    for path in (first, moved):
+        path.parent.mkdir()
+        path.write_text((FIXTURES / "nq_open.jsonl").read_text())
+    args = make_args(tmp_path, data=str(first), limit=1)
+    common.run(args, "fake", answer)
+    args.data = str(moved)
+    assert common.run(args, "fake", answer)["n"] == 1                   # resumed, not refused on --data
+    moved.write_text(moved.read_text().replace("Jupiter", "Saturn"))
+    with pytest.raises(common.InputError, match="was made with question file = "):   # other bytes
+        common.run(args, "fake", answer)
+    settings = json.loads(Path(args.output).with_suffix(".settings.json").read_text())
+    shared = {k for k in settings if k.endswith(" code")} - {"method code"}
+    assert {"common.py code", "eval.py code", "questions.py code", "retrieval.py code"} <= shared
+    assert not shared & {"seakr.py code", "ctrla.py code", "rowen.py code", "view.py code"}
+    assert all(settings[k].endswith(tuple("0123456789abcdef")) and "sha256" in settings[k] for k in shared)
+
+
 def test_an_output_without_settings_is_not_resumed(tmp_path):
     args = make_args(tmp_path)
     Path(args.output).write_text('{"id": "nq-0", "prediction": "x"}\n')     # an output written before settings
@@ -333,3 +355,47 @@ def test_each_row_names_the_machine_it_ran_on(tmp_path):
     assert [r["cpu"] for r in rows] == [common.CPU] * 2 and common.CPU
     if Path("/proc/cpuinfo").exists() and not common.torch.cuda.is_available():
         assert common.CPU.startswith(common.cpu_info("model name"))
+
+
+SHARDED = """
+import argparse, sys
+sys.path.insert(0, {root!r})
+import common
+
+def solve(rec):      # a deterministic answer that depends on the question's own seed, as the methods' do
+    return {{"prediction": rec["answers"][0] + str(common.question_seed(0, rec["id"]) % 97), "model_calls": 1,
+            "trace": {{"seed": common.question_seed(0, rec["id"])}}}}
+
+p = argparse.ArgumentParser()
+common.add_common_args(p)
+args = p.parse_args(sys.argv[1:])
+common.main_guard(lambda: common.run(args, "fake", solve))
+"""
+
+
+def test_torchrun_shards_a_run_into_one_output_equal_to_one_process(tmp_path):
+    """`torchrun --nproc-per-node 2 METHOD.py ...`: each process answers every second question into a shard,
+    rank 0 writes one output: the rows of a one-process run, in its order, but for seconds (and cpu)."""
+    script = tmp_path / "fake_method.py"
+    script.write_text(SHARDED.format(root=str(ROOT)))
+    data = str(FIXTURES / "nq_open.jsonl")
+    alone, sharded = tmp_path / "alone.jsonl", tmp_path / "sharded.jsonl"
+    base = ["--data", data, "--limit", "3", "--device", "cpu", "--dtype", "float32"]
+    subprocess.run([sys.executable, str(script), *base, "--output", str(alone)], check=True, capture_output=True)
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                          "--standalone", str(script), *base, "--output", str(sharded)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("seconds", "cpu")} for r in rows]
+    one, two = (json.loads(line) for line in alone.read_text().splitlines()), sharded.read_text().splitlines()
+    assert strip(map(json.loads, two)) == strip(one) and len(two) == 3
+    assert sorted(p.name for p in tmp_path.iterdir() if "rank" in p.name) == []        # the shards are gone
+    settings = [json.loads(p.with_suffix(".settings.json").read_text()) for p in (alone, sharded)]
+    assert settings[0] == settings[1]
+    assert json.loads(sharded.with_suffix(".summary.json").read_text())["processes"] == 2
+    # a rerun under the launcher resumes: nothing left to answer, the same file
+    again = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                            "--standalone", str(script), *base, "--output", str(sharded)],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert strip(map(json.loads, sharded.read_text().splitlines())) == strip(map(json.loads, two))
