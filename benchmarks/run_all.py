@@ -49,6 +49,7 @@ questions from 67% to about 30% and 93%. They spread the retrieval rate; another
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import signal
@@ -316,6 +317,54 @@ def one_rule_text(common) -> str:
         lines += [f"| {label} | {base} | {d['n']} | {d['metric']} | {100 * d['difference']:+.1f} | "
                   f"{100 * d['interval'][0]:+.1f} to {100 * d['interval'][1]:+.1f} |" for label, base, d in pairs]
     return "\n".join(lines)
+
+
+PROVENANCE = ROOT / "results" / "provenance.json"   # the pinned commits, and notes for files run elsewhere
+
+
+def code_ids(settings: dict) -> dict:
+    """{file name: "N bytes, sha256 X"} of every code file a run's settings name ("method code": "seakr.py, N
+    bytes, sha256 X"; "common.py code": "N bytes, sha256 X"; ...)."""
+    out = {}
+    for key, value in settings.items():
+        if key == "method code" and isinstance(value, str):
+            name, _, value = value.partition(", ")
+            out[name] = value
+        elif key.endswith(" code") and isinstance(value, str):
+            out[key[:-len(" code")]] = value
+    return out
+
+
+def file_id_at(commit: str, name: str, known: dict) -> str | None:
+    """How a run's settings name the project file `name` as it was at `commit` (its size and the start of its
+    sha256, common._file_id), from git; None where git or the file at that commit is not there."""
+    if (commit, name) not in known:
+        found = subprocess.run(["git", "show", f"{commit}:{name}"], cwd=ROOT, capture_output=True)
+        data = found.stdout if found.returncode == 0 else None
+        known[commit, name] = None if data is None else f"{len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:16]}"
+    return known[commit, name]
+
+
+def provenance(out: Path) -> tuple[dict, list[str]]:
+    """For every run file and side file in `out`: the pinned commit (results/provenance.json) whose files match
+    every code hash its settings record, or its note there. Returns ({file: commit or "note: ..."}, the files
+    that match no pinned commit and have no note: what `make results` fails on)."""
+    pins = json.loads(PROVENANCE.read_text()) if PROVENANCE.exists() else {"pinned": {}, "notes": {}}
+    known, found, bad = {}, {}, []
+    for path in sorted(out.glob("*.jsonl")):
+        key = f"{out.name}/{path.name}"
+        settings_file = path.with_suffix(".settings.json")
+        ids = code_ids(json.loads(settings_file.read_text())) if settings_file.exists() else {}
+        match = next((c for c in pins["pinned"] if ids and all(file_id_at(c, n, known) == v for n, v in ids.items())),
+                     None)
+        if match:
+            found[path.name] = match
+        elif key in pins["notes"]:
+            found[path.name] = "note: " + pins["notes"][key]
+        else:
+            found[path.name] = "no pinned commit" if ids else "no settings"
+            bad.append(path.name)
+    return found, bad
 
 
 # Each method's first-step signal (eval.step_signals): (its run without retrieval, its run that retrieves
@@ -645,6 +694,16 @@ def main(argv=None):
     if rates := rowen_rates({name: file_rows for name, file_rows in files.items() if len(file_rows) == most}):
         parts += [f"Rowen, {name}: " + rowen_rate_text(cal) for name, cal in rates.items()]
         figures["rowen_rate_calibration"] = rates
+    checked = a.out.resolve().parent == (ROOT / "results").resolve()     # the shipped tables: their provenance
+    if checked:
+        where, bad = provenance(a.out)
+        commits = sorted({c for c in where.values() if not c.startswith(("note", "no "))})
+        noted = [f for f, c in where.items() if c.startswith("note")]
+        parts.append("Code: the runs here were made at " + (", ".join(commits) or "no pinned commit")
+                     + " (each run's settings record the hash of every code file it ran; `make results` checks them "
+                       "against results/provenance.json's pinned commits)"
+                     + (f"; {', '.join(noted)}: see the note in results/provenance.json" if noted else "") + ".")
+        figures["code"] = where
     table = "\n\n".join(parts)
     (a.out / "table.md").write_text(table + "\n")
     (a.out / "figures.json").write_text(json.dumps(figures, indent=1) + "\n")
@@ -652,6 +711,9 @@ def main(argv=None):
     print(f"model time of the runs: {total / 3600:.2f} h (sum of per-question seconds)")
     if rows and (picture := plot(rows, a.out, f"{a.out.name}, {rows[0][3]['n']} questions")):
         print(f"plot: {picture}")
+    if checked and bad:
+        raise SystemExit(f"error: {a.out}: {', '.join(f'{f} ({where[f]})' for f in bad)}: made at no commit pinned "
+                         "in results/provenance.json; pin the commit it ran at, or add a note saying why")
 
 
 if __name__ == "__main__":

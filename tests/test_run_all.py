@@ -445,3 +445,29 @@ def test_rowen_thresholds_of_the_runs_pair_and_at_the_papers_rate(tmp_path):
     assert (cal["threshold"], cal["rate"], cal["target"]) == (0.5, 0.2, 0.2)
     assert "Rowen, rowen-hybrid-always: hybrid threshold at the paper's 20% retrieval rate" in table
     assert "| threshold | retrieval rate |\n|---:|---:|\n| 0 | 0.0 |\n| 0.5 | 20.0 |\n| 1.5 | 40.0 |\n| 2.5 | 100.0 |" in table
+
+
+def test_provenance_names_the_pinned_commit_of_each_run_or_its_note(tmp_path, monkeypatch):
+    """A run's settings record its code's hashes; the run is at a pinned commit when every file at that commit
+    (git show) hashes the same; a side file without settings needs a note; anything else fails make results."""
+    import subprocess
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=run_all.ROOT, capture_output=True,
+                          text=True).stdout.strip()
+    if not head:
+        pytest.skip("no git history here")
+    at_head = {name: run_all.file_id_at(head, name, {}) for name in ("seakr.py", "common.py", "eval.py")}
+    out = tmp_path / "dir"
+    out.mkdir()
+    good = {"method code": "seakr.py, " + at_head["seakr.py"], "common.py code": at_head["common.py"],
+            "eval.py code": at_head["eval.py"], "--model": "m"}
+    for name, settings in (("cot", good), ("ircot", {**good, "eval.py code": "1 bytes, sha256 0123456789abcdef"})):
+        write(out / f"{name}.jsonl", [qa("1", "Paris", 0)])
+        (out / f"{name}.settings.json").write_text(json.dumps(settings))
+    write(out / "ctrla.forced.jsonl", [{"id": "1", "forced": " Paris."}])
+    pins = tmp_path / "provenance.json"
+    pins.write_text(json.dumps({"pinned": {head: "test"}, "notes": {"dir/ctrla.forced.jsonl": "made by hand"}}))
+    monkeypatch.setattr(run_all, "PROVENANCE", pins)
+    where, bad = run_all.provenance(out)
+    assert where == {"cot.jsonl": head, "ctrla.forced.jsonl": "note: made by hand", "ircot.jsonl": "no pinned commit"}
+    assert bad == ["ircot.jsonl"]
+    assert run_all.code_ids(good) == at_head
