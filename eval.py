@@ -519,13 +519,20 @@ def render_table(header, body, markdown=False, left=1):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Score and compare prediction files (JSONL).")
+    parser = argparse.ArgumentParser(description="Score and compare prediction files (JSONL), read as the results "
+                                                 "tables read them (read_run).",
+                                     epilog="python eval.py signals FILE...: each method's own score against its "
+                                            "wrong unaided answers (AUROC), as the tables' signal rows")
     parser.add_argument("files", nargs="+", help="prediction files written by ctrla.py / seakr.py / rowen.py")
     parser.add_argument("--markdown", action="store_true", help="print a GitHub markdown table")
     args = parser.parse_args(argv)
     try:
         named, notes = [], []
         for path in args.files:
+            if Path(path).name.endswith((".settings.json", ".summary.json")):
+                kind = "settings" if path.endswith(".settings.json") else "summary"
+                raise ValueError(f"{path} is a run's {kind} file, not its rows; pass "
+                                 f"{Path(path).name[:-len(f'.{kind}.json')]}.jsonl")
             if Path(path).name.endswith(".forced.jsonl"):     # a side file is read with its run file
                 run = Path(path).with_name(Path(path).name[:-len(".forced.jsonl")] + ".jsonl")
                 notes.append(f"{Path(path).name}: skipped, the forced answers of {run.name}, read with it")

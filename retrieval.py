@@ -50,6 +50,7 @@ Backends:
 """
 from __future__ import annotations
 
+import argparse
 import base64
 import csv
 import json
@@ -541,6 +542,8 @@ def build_index(corpus, index_dir, presets=("seakr", "ctrla"), heap_mb=256, comm
     presets = tuple(presets)
     for name in presets:
         get_preset(name)
+    if not Path(corpus).is_file():
+        next(iter_passages(corpus))     # its one-line error, before the index directory or progress bar appear
     index_dir = Path(index_dir)
     index_dir.mkdir(parents=True, exist_ok=True)
     meta = _read_meta(index_dir)
@@ -816,8 +819,10 @@ def open_retriever(spec, preset="seakr"):
     return LocalBM25(load_corpus(path), preset)
 
 
+DEMO_CORPUS = Path(__file__).parent / "data" / "corpus.jsonl"   # `demo`, as the methods' --corpus demo
+
+
 def main(argv=None):
-    import argparse
     ap = argparse.ArgumentParser(description="Build an on-disk BM25 index of a passage corpus "
                                              "(then pass its directory as --corpus).")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -828,7 +833,7 @@ def main(argv=None):
     b.add_argument("--heap-mb", type=int, default=256, help="tantivy writer memory budget")
     b.add_argument("--workers", type=int, default=1, help="processes that analyse text (default 1)")
     s = sub.add_parser("search", help="query an index, a corpus file or es:// URL")
-    s.add_argument("spec")
+    s.add_argument("spec", help="demo (the demo corpus in data/), a corpus file, an index directory or es://HOST:PORT/INDEX")
     s.add_argument("query")
     s.add_argument("--preset", default="seakr")
     s.add_argument("-k", type=int, default=3)
@@ -839,10 +844,12 @@ def main(argv=None):
                                workers=args.workers)
             print(f"{meta['done']['passages']} passages indexed in {args.index_dir}")
         else:
-            for h in open_retriever(args.spec, args.preset).search(args.query, args.k):
+            spec = DEMO_CORPUS if args.spec == "demo" else args.spec
+            for h in open_retriever(spec, args.preset).search(args.query, args.k):
                 print(f"{h['score']:.4f}\t{h['id']}\t{h['title']}\t{h['text'][:100]}")
     except InputError as e:
-        sys.exit(f"error: {e}")
+        print(f"error: {e}", file=sys.stderr)     # one line and exit code 2, as every command of the project
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -592,3 +592,12 @@ def test_cli_reads_runs_as_the_tables_do(tmp_path):
                      "ctrla.forced.jsonl: skipped, the forced answers of ctrla.jsonl, read with it"]
     (tmp_path / "cot.settings.json").unlink()          # without settings: read as run
     assert run_cli(seakr).stdout.splitlines()[1].split()[1:4] == ["1", "0.0", "66.7"]
+
+
+def test_cli_names_signals_and_a_settings_file(tmp_path):
+    assert "python eval.py signals FILE" in run_cli("--help").stdout
+    settings = tmp_path / "cot.settings.json"
+    settings.write_text('{"--model": "m"}')
+    result = run_cli(settings)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"error: {settings} is a run's settings file, not its rows; pass cot.jsonl"]

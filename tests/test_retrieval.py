@@ -327,12 +327,20 @@ def test_build_command_line(tmp_path, capsys):
     ps, path = _corpus(tmp_path, 12)
     retrieval.main(["build", str(path), str(tmp_path / "idx"), "--presets", "ctrla"])
     assert "12 passages indexed" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="error: .*no such corpus file"):
+    with pytest.raises(SystemExit) as e:                  # one line on stderr, exit code 2
         retrieval.main(["build", str(tmp_path / "nope.tsv"), str(tmp_path / "idx2")])
+    err = capsys.readouterr().err
+    line = err.split("\r")[-1]                  # after the progress bar, if it started
+    assert e.value.code == 2 and line.startswith("error: ") and "no such corpus file" in line and line.count("\n") == 1
     # search takes the corpus as its first argument: the error must not tell the user to pass --corpus
     with pytest.raises(SystemExit) as e:
         retrieval.main(["search", str(tmp_path / "nope.jsonl"), "Paris"])
-    assert "no such corpus file" in str(e.value) and "pass --corpus" not in str(e.value)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "no such corpus file" in err and "pass --corpus" not in err
+    # `demo` is the demo corpus, as the methods' --corpus demo
+    retrieval.main(["search", "demo", "Eiffel Tower", "-k", "1"])
+    hit = capsys.readouterr().out.split("\t")
+    assert len(hit) == 4 and float(hit[0]) > 0
 
 
 # --- parity with real Lucene (java + liblucene8-java only) ----------------------------------------------
