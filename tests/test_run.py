@@ -399,3 +399,20 @@ def test_torchrun_shards_a_run_into_one_output_equal_to_one_process(tmp_path):
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr[-2000:]
     assert strip(map(json.loads, sharded.read_text().splitlines())) == strip(map(json.loads, two))
+
+
+@pytest.mark.slow
+def test_torchrun_seakr_on_the_embedded_model_equals_one_process(tmp_path):
+    """The issue's case: `torchrun --nproc-per-node 2 seakr.py` on 4 demo questions (SmolLM2, CoT: one greedy
+    chain each) writes the rows of a one-process run but for seconds and cpu."""
+    base = [str(ROOT / "seakr.py"), "--model", "smollm2-135m", "--dataset", "hotpotqa", "--corpus", "contexts",
+            "--retrieve", "never", "--limit", "4", "--dtype", "float32", "--linear", "plain"]
+    alone, sharded = tmp_path / "alone.jsonl", tmp_path / "sharded.jsonl"
+    one = subprocess.run([sys.executable, *base, "--output", str(alone)], capture_output=True, text=True, cwd=ROOT)
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                          *base, "--output", str(sharded)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert two.returncode == 0, two.stderr[-2000:]
+    strip = lambda path: [{k: v for k, v in json.loads(line).items() if k not in ("seconds", "cpu")}
+                          for line in path.read_text().splitlines()]
+    assert strip(sharded) == strip(alone) and len(strip(alone)) == 4
