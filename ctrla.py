@@ -14,86 +14,17 @@ The method in five lines:
 Paper: Huanshuo Liu et al., "CtrlA: Adaptive Retrieval-Augmented Generation via Inherent Control"
 (arXiv 2405.18727; read here in its anonymous ICLR 2025 submission). Official code: HSLiu-Initial/CtrlA.
 
-Follows the paper's intent and the official code's concrete values (HSLiu-Initial/CtrlA).
-Follows the official code where it differs from the paper in:
-- the score (Eq. 2): the paper's m_kl = r_kl . v_l, scaled over the tokens so far ([m_0 .. m_k],
-  causal), during generation; here, as official, m_kl = sign_l * (h_kl - mu_l) . d_l, centred on mu_l,
-  the mean of the training pairs' differences (not of any states), with sign_l the side the positive
-  prompts fall on, computed in a separate unsteered pass after the segment is generated, and the
-  outlier clamp's median and std are taken over the whole prompt + segment (later tokens included);
-  the official scale's further steps keep signs, so only the clamp is computed (judge);
-- refusal handling (App. B.3) is the official adaptive_retrieve loop, not Alg. 2: a regenerated
-  segment that refuses is dropped; the trigger's own queries (never an earlier rewrite) are rewritten
-  and searched; the next segment is generated with those passages and monitored like any other, so a
-  refusal there is a new trigger (TVQ again); the 6th refused regeneration of a question searches with
-  the bare question, the 7th ends the answer (Alg. 2: up to K rewrites and regenerations per segment,
-  then one without passages);
-- `retrievals` is the official retrieve_count, the triggers acted on, as the paper's retrieval
-  frequencies count them; the trace's `search_rounds` counts every search, those after refusals too.
-Differs from the official code in:
-- the statements the features are read from are the project's own (data/ctrla_honesty.csv: 347 true
-  science facts; data/ctrla_confidence.csv: 540 confident or hedging statements on 27 topics), none
-  of the official eval_data/facts_true_false.csv / confidence_train.csv rows, so the default
-  directions are not the official ones; `--honesty-data FILE --confidence-data FILE` read those
-  official files (columns statement,label; the label-1 rows, as the official notebooks) and give the
-  official directions (tau's calibration then uses our styled confidence statements: the official
-  file has none);
-- a contrast prompt's statement prefix is cut from the token ids of persona + statement encoded as
-  one text (official: the text of the statement's first i tokens, appended and re-encoded; the same
-  tokens on Mistral's template, but a prefix text ending in a space token would lose it here);
-- retrieval is BM25 everywhere (common.open_retriever(spec, preset="ctrla"): Lucene's `standard`
-  analyzer and a `match` query on the passage text, as the official Elasticsearch service, computed
-  locally or sent to an existing Elasticsearch index); the paper uses BGE (dense) for PopQA, TriviaQA, ASQA and Bio, and adds web search (Serper)
-  for PopQA, ASQA and Bio, uses only web search for FreshQA (paper 4, C.5); only its multi-hop runs are
-  BM25 alone, as here;
-- tau: the paper's 0.0 is kept for Mistral-7B; any other model gets a calibrated tau (the score halfway
-  between held-out confident and unconfident statements, style_center), because the zero point of the
-  scores is model-specific (SmolLM2-135M's sit near -8, so tau = 0 flags every token);
-- prompts use the model's chat template (official: Mistral's "[INST] <<SYS>>" text) with the paper's
-  Table 10 instructions; the contrast prompts' statement follows the template's reply tag after one
-  space ("[/INST] The", as official), after none where the template ends in a newline; Prompts B.1 /
-  B.2 have the instruction as the system turn and 5 exemplars (the paper's two, three of ours) as chat
-  turns, decoded greedily, the reply's first line without a "Query:" label or quotes taken as the query
-  (official: one [INST] block, 6 exemplars, 5 beams, the raw output for PopQA / TriviaQA / ASQA);
-- the TVQ and rewrite instructions are the paper's wording (Prompts B.1 / B.2), not the official
-  retrieval.py's: its TVQ instruction has five guidelines, the 3rd saying that an answer like "I don't
-  have information" or "is not specified" makes the question itself the query (an exemplar shows it),
-  which B.1 leaves out, so a refused segment's TVQ here is what the model makes of the refusal; its
-  rewrite instruction asks for a query "for search engine and dense retriever";
-- multi-hop QA (no official code): DRAGIN's CoT exemplars as shipped for SeaKR, 4-shot, stop at
-  "the answer is" or 128 tokens; the top 3 passages in total (paper C.5), taken rank by rank across
-  [question, TVQ query]; a chain that names no answer gets DRAGIN's evaluation's forced answer
-  (force_answer); FreshQA does not retrieve before generating (as Alg. 1 / 3; official does);
-- multi-hop answers are read after "the answer is" in any case, up to a line break (DRAGIN: lower
-  case only, to the end): EM/F1 differ on 1 of 50 CtrlA, 2 of 50 never-retrieve HotpotQA questions;
-- an answer ends at an EOS after a segment with no sentence end (official: asks again, stops only on
-  an empty continuation; not measured);
-- sentences are split by a rule (., ! or ? before whitespace, not after an initial, a list number or a
-  known abbreviation; or a newline), not by spaCy; decoding stops at the first sentence end instead of
-  decoding 64 tokens and discarding all but the first sentence (the same text, greedy: a pause at a
-  false end resumes from the token ids, never from re-encoded text);
-- a sentence that ends its line keeps the line break the model wrote, and the next sentence follows it
-  with no space (joined; official: every sentence stripped and joined with " "): a reply cut after "I'll
-  analyze each option step-by-step:" then ends on ":" where the model wrote ":\n", and
-  Qwen2.5-Coder-1.5B ends its turn there, its answer that one sentence (HotpotQA questions of the
-  baseline table's CtrlA run, made before this: results/README.md); with the break it goes on "1. ...";
-  the prediction keeps these line breaks, which the metrics read as spaces (official: the output's "\n"
-  are deleted, gluing the words on either side, before `match`);
-- the monitored text is prompt + segment joined as the next prompt joins them (append: no space after
-  a newline; official: always " "); the segment's tokens are those whose characters reach into it
-  (official: the last len(tokenize(segment)) tokens), each mapped to the whitespace words it overlaps;
-- new information: spaCy's English stop list (326 words) is read from data/ctrla_stop_words.txt
-  (spaCy itself is not a dependency); words are cleaned and matched as official ("'relevant'" is "re",
-  a stop word), but a word without a letter or digit never triggers (official: "--" cleans to "" and
-  "—" stays a word, and both trigger); masked words leave the CAQ query (official: " ");
-- the refusal detector is the official phrase list plus "I don't know" / "I'm not sure" (official:
-  not caught);
-- a rewrite after a refusal keeps the question as the first query and rewrites the generated one
-  (official: rewrites the question too; Alg. 2 line 5 rewrites the generated query only); the 7th
-  refusal ends the answer at once (official: one more rewrite and search first, which nothing reads);
-  regenerated segments use no repetition penalty (official: 1.1, silently);
-- an empty answer stays empty (official: a retrieval answer + a steered answer, concatenated);
-- feature extraction uses correct position ids under left padding; steered generation keeps BOS.
+Follows the paper's intent and the official code's concrete values, and the official code where it
+differs from the paper: the score of Eq. 2 (centred, signed, read after the segment), the refusal loop
+(not Alg. 2) and the retrieval count. Differs from the official code, in ways that can change results, in:
+- the features are read from the project's own statements (data/; --honesty-data / --confidence-data read the official);
+- tau is calibrated per model (the paper's 0.0 is Mistral-7B's; SmolLM2-135M's scores sit near -8);
+- prompts use the model's chat template and Prompts B.1 / B.2 as the paper words them;
+- multi-hop QA (no official code): DRAGIN's exemplars, top 3 passages, DRAGIN's forced answer;
+- a sentence that ends its line keeps its line break (official: joined with a space; the pinned runs' 4 of 50
+  CtrlA chains ended after their preamble for it);
+- multi-hop answers are read after "the answer is" in any case (EM/F1 differ on 1 of 50 CtrlA questions).
+Full list, each with the official file and line and its measured effect: docs/ctrla.md.
 """
 from __future__ import annotations
 
@@ -108,7 +39,6 @@ import random
 import re
 import string
 import sys
-import time
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -145,6 +75,9 @@ DEFAULT_TOKENS = 1024   # PopQA / TriviaQA / FreshQA answer budget [official run
 N_SHOT = 4              # CoT exemplars on multi-hop QA [ours; DRAGIN's exemplars, shared with SeaKR]
 FORCED_TOKENS = 20      # a multi-hop chain with no answer: " So the answer is" + 20 greedy tokens
                         # [DRAGIN eval.py regenerate_answer, the evaluation CtrlA follows (paper C.2)]
+# --retrieve: CtrlA; the baselines never (steered generation, no monitor) and always (every segment);
+# monitor-only = never retrieve, but monitor every segment and record what would have triggered [ours]
+RETRIEVE_MODES = ("adaptive", "never", "always", "monitor-only")
 HONESTY_FILE = common.DATA_DIR / "ctrla_honesty.csv"
 CONFIDENCE_FILE = common.DATA_DIR / "ctrla_confidence.csv"
 CHECK_FILE = common.DATA_DIR / "ctrla_feature_check.json"
@@ -377,11 +310,16 @@ def decoder_index(key: int, n_layers: int) -> int:
     return n_layers + key
 
 
-def token_scores(states, directions, signs, means) -> torch.Tensor:
-    """m~_k = mean over the layers of sign_l * (h_kl - mu_l) . d_l; states [K, T, d]. Eq. 2 as the
-    official code computes it (the paper: r_kl . v_l, neither centred nor signed)."""
+def layer_scores(states, directions, signs, means) -> torch.Tensor:
+    """[K, T]: sign_l * (h_kl - mu_l) . d_l of each layer l and token k; states [K, T, d]."""
     proj = ((states.float() - means[:, None]) * directions[:, None]).sum(-1)
-    return (proj * signs[:, None]).mean(0)
+    return proj * signs[:, None]
+
+
+def token_scores(states, directions, signs, means) -> torch.Tensor:
+    """m~_k = mean over the layers of sign_l * (h_kl - mu_l) . d_l (layer_scores); states [K, T, d]. Eq. 2
+    as the official code computes it (the paper: r_kl . v_l, neither centred nor signed)."""
+    return layer_scores(states, directions, signs, means).mean(0)
 
 
 def clamp_outliers(scores: torch.Tensor, n_std: float = OUTLIER_STD) -> torch.Tensor:
@@ -699,9 +637,7 @@ class Settings:
     steer: tuple = tuple(layer_keys(STEER_LAYERS))
     monitor: tuple = tuple(layer_keys(MONITOR_LAYERS))
     query: str = "tvq"              # tvq | caq
-    retrieve: bool = True           # False: never retrieve (ablation)
-    always: bool = False            # True: retrieve for every segment (baseline)
-    act: bool = True                # False: monitor and record the triggers, never retrieve (--monitor-only)
+    retrieve: str = "adaptive"      # one of RETRIEVE_MODES (--retrieve)
     honesty_prompt: bool = False    # Table 5's HonP: an instruction instead of steering
     answer_tokens: int | None = None  # answer budget (default: per dataset)
     task: str | None = None         # prompt family (default: from the record's dataset)
@@ -765,7 +701,7 @@ def monitor(run: Run, text: str, start: int, question: str, previous) -> dict:
     model, conf, keys = run.model, run.feats["confidence"], list(run.s.monitor)
     enc = encode_offsets(run.tok, text)
     ids, keep, past, prev = enc["input_ids"], 0, None, torch.zeros(0)
-    if run.cache and common.REUSE_PREFIX:
+    if run.cache and common.reuse_prefix():
         keep = next((i for i, (a, b) in enumerate(zip(ids, run.cache[0])) if a != b), len(ids))
         keep = min(keep, len(ids) - 1, len(run.cache[0]))
         if keep >= common.MIN_SHARED and not any(getattr(run.cache[1], "is_sliding", [False])):
@@ -860,14 +796,14 @@ def solve(run: Run, rec: dict) -> dict:
             break
         step = {"segment": seg, "trigger": None}
         steps.append(step)
-        if s.retrieve:
+        if s.retrieve != "never":
             text = append(prompt, seg)
             m = monitor(run, text, len(text) - len(seg), question, gen)
             step.update(tokens=m["tokens"], scores=m["scores"],
                         unconfident_words=[seg[a:b] for a, b in m["flagged"]])
-            step["trigger"] = ("always" if s.always else "confidence" if m["flagged"]
+            step["trigger"] = ("always" if s.retrieve == "always" else "confidence" if m["flagged"]
                                else "refusal" if is_refusal(seg) else None)
-            if step["trigger"] and s.act:
+            if step["trigger"] and s.retrieve != "monitor-only":
                 triggers += 1       # the official retrieve_count
                 queries = formulate(run, question, seg, m["flagged"])
                 docs = search_round(run, queries, task, step)
@@ -909,69 +845,62 @@ def run_name(args, s: Settings) -> str:
     for flag, key in (("hon", "honesty_data"), ("conf", "confidence_data")):
         value = getattr(args, key, None)
         parts.append(f"{flag}-{Path(value).stem}" if value else "")
-    if not s.retrieve:
+    if s.retrieve == "never":
         parts.append("noret")
-    elif not s.act:
+    elif s.retrieve == "monitor-only":
         parts.append("monitor-only")
     else:
-        parts += ["always" if args.always_retrieve else f"tau{args.tau:g}" if args.tau is not None else "",
+        parts += ["always" if s.retrieve == "always" else f"tau{args.tau:g}" if args.tau is not None else "",
                   "caq" if s.query == "caq" else ""]
     return "-".join(p for p in parts if p)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="CtrlA: honesty steering + confidence monitoring adaptive RAG")
-    common.add_common_args(p, dataset="popqa")
-    p.add_argument("--tau", type=float,
+    g = p.add_argument_group("CtrlA")
+    g.add_argument("--tau", type=float,
                    help="monitoring threshold (default: the paper's 0.0 for Mistral-7B, else calibrated)")
-    p.add_argument("--lam", type=float, default=LAMBDA, help="steering strength lambda (0 = no steering)")
-    p.add_argument("--honesty-prompt", action="store_true",
+    g.add_argument("--lam", type=float, default=LAMBDA, help="steering strength lambda (0 = no steering)")
+    g.add_argument("--honesty-prompt", action="store_true",
                    help="an honesty instruction instead of steering (paper Table 5; implies --lam 0)")
-    baseline = p.add_mutually_exclusive_group()
-    baseline.add_argument("--never-retrieve", action="store_true", help="steered generation only, no monitoring")
-    baseline.add_argument("--always-retrieve", action="store_true",
-                          help="baseline: retrieve for every segment (still monitored, for the trace)")
-    baseline.add_argument("--monitor-only", action="store_true",
-                          help="never retrieve, but monitor every segment and record what would have "
-                               "triggered: the closed-book answers and the signal in one file "
+    retrieve = g.add_mutually_exclusive_group()
+    retrieve.add_argument("--retrieve", choices=RETRIEVE_MODES, default="adaptive",
+                          help="adaptive = CtrlA; the baselines: never = steered generation only, no monitoring; "
+                               "always = retrieve for every segment (still monitored, for the trace); "
+                               "monitor-only = never retrieve, but monitor every segment and record what would "
+                               "have triggered: the closed-book answers and the signal in one file "
                                "(python eval.py signals FILE)")
-    p.add_argument("--query", choices=["tvq", "caq"], default="tvq",
+    for mode in RETRIEVE_MODES[1:]:     # the old flags, kept for a release
+        retrieve.add_argument(f"--{mode}" if mode == "monitor-only" else f"--{mode}-retrieve", dest="retrieve",
+                              action="store_const", const=mode, help=f"old name of --retrieve {mode}")
+    g.add_argument("--query", choices=["tvq", "caq"], default="tvq",
                    help="tvq: [question, a query the model writes] (official runs); caq: question + "
                    "the segment without its unconfident words")
-    p.add_argument("--steer-layers", default=STEER_LAYERS, help="B:E = keys -B..-(E-1) from the top")
-    p.add_argument("--monitor-layers", default=MONITOR_LAYERS, help="B:E = keys -B..-(E-1) from the top")
-    p.add_argument("--directions", help="feature file to reuse (written there if missing)")
-    p.add_argument("--pairs", type=int, default=N_PAIRS, help="contrast pairs per feature (official: 512)")
-    p.add_argument("--honesty-data", metavar="FILE",
+    g.add_argument("--steer-layers", default=STEER_LAYERS, help="B:E = keys -B..-(E-1) from the top")
+    g.add_argument("--monitor-layers", default=MONITOR_LAYERS, help="B:E = keys -B..-(E-1) from the top")
+    g.add_argument("--directions", help="feature file to reuse (written there if missing)")
+    g.add_argument("--pairs", type=int, default=N_PAIRS, help="contrast pairs per feature (official: 512)")
+    g.add_argument("--honesty-data", metavar="FILE",
                    help="statements for the honesty features, a CSV with columns statement,label (label-1 rows "
                    "used); the official eval_data/facts_true_false.csv gives the official directions "
                    "(default: data/ctrla_honesty.csv, ours)")
-    p.add_argument("--confidence-data", metavar="FILE",
+    g.add_argument("--confidence-data", metavar="FILE",
                    help="statements for the confidence features, as --honesty-data; the official "
                    "eval_data/confidence_train.csv (default: data/ctrla_confidence.csv, ours)")
-    p.add_argument("--max-new-tokens", type=int, help="answer budget (default: per dataset, as official)")
-    p.add_argument("--task", choices=["short", "asqa", "bio", "freshqa", *MULTIHOP],
+    g.add_argument("--max-new-tokens", type=int, help="answer budget (default: per dataset, as official)")
+    g.add_argument("--task", choices=["short", "asqa", "bio", "freshqa", *MULTIHOP],
                    help="prompt family (default: from the dataset)")
-    p.add_argument("--force-answers", metavar="RUN", type=Path,
-                   help="DRAGIN's evaluation pass over a multi-hop run file made before this code forced "
-                   "answers itself: the chains that name no answer get one (' So the answer is' + 20 "
-                   "tokens), written to RUN.forced.jsonl beside it; then exit")
-    p.add_argument("--check-features", action="store_true",
-                   help="report the features' accuracy per layer range (paper 5.2) and exit")
+    g.add_argument("--check-features", action="store_true",
+                   help="score held-out statements and answers on every layer (paper 5.2) into --output "
+                        "(default outputs/ctrla-check_*.json) and exit; python analysis.py features FILE reports "
+                        "the features' accuracy per layer range")
+    common.add_common_args(p, dataset="popqa")
     args = p.parse_args(argv)
     steer, monitor = layer_keys(args.steer_layers), layer_keys(args.monitor_layers)
     s = Settings(tau=args.tau, lam=0.0 if args.honesty_prompt else args.lam, steer=tuple(steer),
-                 monitor=tuple(monitor), query=args.query, retrieve=not args.never_retrieve,
-                 always=args.always_retrieve, act=not args.monitor_only, honesty_prompt=args.honesty_prompt,
+                 monitor=tuple(monitor), query=args.query, retrieve=args.retrieve, honesty_prompt=args.honesty_prompt,
                  answer_tokens=args.max_new_tokens, task=args.task)
     name = run_name(args, s)
-    if args.force_answers:
-        common.check_inputs(args)       # --dtype, --linear, --device
-        todo = to_force(args.force_answers, args.model)
-        if todo:
-            model, tok = common.load_model(args.model, args.dtype, args.device)
-            print(f"wrote {force_run(model, tok, args.force_answers, todo)}", file=sys.stderr)
-        return
     # bad input fails here, before the model loads (and a run with nothing left to do stops here)
     common.check_inputs(args, None if args.check_features else name, __file__)
     honesty_file, confidence_file = args.honesty_data or HONESTY_FILE, args.confidence_data or CONFIDENCE_FILE
@@ -996,116 +925,49 @@ def main(argv=None):
     if tau is None:
         print(f"tau = {threshold(s, feats, monitor):.3f} (calibrated for {args.model}; --tau overrides)",
               file=sys.stderr)
-    if args.check_features:
-        check_features(Run(model, tok, feats, None, s), args.limit, honesty_file)
+    if args.check_features:     # the scores only; analysis.py reads them (paper 5.2's report)
+        out = Path(args.output) if args.output else common.default_output("ctrla-check", args).with_suffix(".json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(check_features(Run(model, tok, feats, None, s), args.limit, honesty_file)) + "\n")
+        print(f"wrote {out}; its report per layer range: python analysis.py features {out}", file=sys.stderr)
         return
-    bm25 = common.load_retriever(args, common.load_questions(args), preset="ctrla") if s.retrieve and s.act else None
+    bm25 = (common.load_retriever(args, common.load_questions(args), preset="ctrla")
+            if s.retrieve in ("adaptive", "always") else None)
     run = Run(model, tok, feats, bm25, s)
     args.tau = round(threshold(s, feats, monitor), 6)   # the settings name the tau used, calibrated or given
     common.run(args, name, lambda rec: solve(run, rec))
 
 
 # ----------------------------------------------------------------------------------------------
-# Evaluation, not the method: DRAGIN's forced answers for run files made before solve() forced them
-# (--force-answers), and the rows read with them (benchmarks/run_all.py)
-
-def to_force(path: Path, model: str) -> list[dict]:
-    """The rows of a run file that --force-answers computes (see force_run); InputError for a bad file."""
-    try:
-        rows = metrics.read_rows(path)
-        done = {r["id"] for r in metrics.read_rows(metrics.side_file(path))} if metrics.side_file(path).exists() else set()
-    except ValueError as e:
-        raise InputError(f"--force-answers: {e}") from None
-    if not rows or any("trace" not in r or "question" not in r for r in rows):
-        raise InputError(f"--force-answers {path}: not a CtrlA run file (rows with question and trace)")
-    settings = path.with_name(path.stem + ".settings.json")
-    saved = common.read_settings(settings) if settings.exists() else {}
-    if (run_model := saved.get("--model")) not in (None, model):
-        raise InputError(f"--force-answers {path}: the run's model is {run_model}; pass --model {run_model}")
-    todo = [r for r in rows if metrics.needs_forcing(r) and r["id"] not in done]
-    print(f"{path}: {len(rows)} rows, {len(todo)} to force ({len(done)} already in {metrics.side_file(path).name})",
-          file=sys.stderr)
-    return todo
-
-
-def force_run(model, tok, path: Path, todo: list[dict]) -> Path:
-    """--force-answers: DRAGIN's evaluation pass over a run file made before solve() forced answers
-    itself. Each multi-hop row whose chain names no answer and has no forced one (to_force) gets
-    force_answer's continuation, written as {id, forced, seconds, cpu} to the side file RUN.forced.jsonl
-    as it comes (a row already there is not computed again); the run file itself is never changed.
-    benchmarks/run_all.py reads the two together (with_forced)."""
-    side = metrics.side_file(path)
-    with open(side, "a", encoding="utf-8") as f:
-        for r in todo:
-            start = time.perf_counter()
-            forced = force_answer(model, tok, r["trace"]["task"], r["question"], r["trace"]["answer"])
-            f.write(json.dumps({"id": r["id"], "forced": forced, "seconds": round(time.perf_counter() - start, 3),
-                                "cpu": common.CPU}) + "\n")
-            f.flush()
-    return side
-
-
-# ----------------------------------------------------------------------------------------------
-# Analysis, not the method: checking the features (paper 5.2, Table 6), run by --check-features
-
-def layer_ranges(s: Settings, n_layers: int) -> dict:
-    third = n_layers // 3
-    return {"steer": list(s.steer), "monitor": list(s.monitor), "top third": list(range(-1, -third - 1, -1)),
-            "middle third": list(range(-third - 1, -2 * third - 1, -1)),
-            "bottom third": list(range(-2 * third - 1, -n_layers - 1, -1))}
-
-
-def auc(pos: torch.Tensor, neg: torch.Tensor) -> float:
-    """P(a positive scores above a negative), ties counting half."""
-    return float(((pos[:, None] > neg[None]).float() + 0.5 * (pos[:, None] == neg[None]).float()).mean())
-
+# The feature check's scores (paper 5.2, Table 6), computed by --check-features; analysis.py reports them
 
 @torch.inference_mode()
 def check_features(run: Run, limit: int | None = None, honesty_file=HONESTY_FILE) -> dict:
-    """Paper 5.2 per layer range. Honesty: true statements of the honesty file the features did not use
-    vs false ones (ours),
-    each said in the honest persona's reply and scored at its last token: accuracy at the median, AUC.
-    Confidence (Table 6): the first segment of the answer to 20 answerable and 20 unanswerable questions
-    (ours): flagged iff the trigger fires; AUC of its mean token score (answerable higher)."""
+    """Paper 5.2's scores on every layer (layer_scores: [L, ...], indexed by key -1..-L as the features),
+    as JSON-ready lists; analysis.features_report averages them over layer ranges and scores them.
+    Honesty: true statements of the honesty file the features did not use and false ones (ours), each
+    said in the honest persona's reply and scored at its last token. Confidence (Table 6): the first
+    segment of the answer to 20 answerable and 20 unanswerable questions (ours), every token of prompt +
+    segment scored as monitor() scores it, with the spans judge() reads."""
     model, tok, h, c = run.model, run.tok, run.feats["honesty"], run.feats["confidence"]
     data = json.loads(CHECK_FILE.read_text())
     true = [r["statement"] for r in read_statements(honesty_file)[h["statements_used"]:][-(limit or 40):]]
     false = data["false_statements"][:limit]
     persona = common.chat_prompt(tok, PERSONA.format(PERSONAS["honesty"][0]))
     states = last_token_states(model, tok, [append(persona, x) for x in true + false])
-    answers = []  # (question, answerable, prompt + segment, states [L, T, d], spans, segment start)
+    answers = []
     questions = [(q, k == "answerable") for k in ("answerable", "unanswerable") for q in data[k][:limit]]
     for q, ok in questions:
         prompt = build_prompt(tok, "short", q, honesty=run.s.honesty_prompt)
         seg = next_segment(run, prompt)[0]
-        answers.append((q, ok, append(prompt, seg), *answer_states(model, tok, prompt, seg)))
-    ok = torch.tensor([a[1] for a in answers])
-    print(f"{len(true)} held-out true and {len(false)} false statements; {int(ok.sum())} answerable (A_Y)"
-          f" and {int((~ok).sum())} unanswerable (A_N) questions")
-    print(f"{'layers':12} {'keys':>10} | honesty: acc   AUC | confidence: flagged A_Y  flagged A_N   acc"
-          f"   AUC    tau")
-    report = {}
-    for name, keys in layer_ranges(run.s, len(common.decoder_layers(model))).items():
-        score = token_scores(states[keys], h["direction"][keys], h["sign"][keys], h["mean"][keys])
-        is_true = torch.arange(len(score)) < len(true)
-        tau = threshold(run.s, run.feats, keys)
-        verdicts = [judge(token_scores(hs[keys], c["direction"][keys], c["sign"][keys], c["mean"][keys]),
-                          spans, text, start, q, [], tau) for q, _, text, hs, spans, start in answers]
-        flagged = torch.tensor([bool(v["flagged"]) for v in verdicts])
-        mean = torch.tensor([sum(v["scores"]) / max(len(v["scores"]), 1) for v in verdicts])
-        r = report[name] = {
-            "keys": [keys[0], keys[-1]], "tau": round(tau, 3),
-            "honesty_acc": float(((score > score.median()) == is_true).float().mean()),
-            "honesty_auc": auc(score[is_true], score[~is_true]), "flagged_answerable": int(flagged[ok].sum()),
-            "flagged_unanswerable": int(flagged[~ok].sum()),
-            "confidence_acc": float((flagged != ok).float().mean()),
-            "confidence_auc": auc(mean[ok], mean[~ok])}
-        print(f"{name:12} {keys[0]:>4}..{keys[-1]:<4} | {r['honesty_acc']:12.1%} {r['honesty_auc']:5.2f} | "
-              f"{r['flagged_answerable']:>23} {r['flagged_unanswerable']:>12} {r['confidence_acc']:6.1%}"
-              f" {r['confidence_auc']:5.2f} {tau:6.2f}")
-    for q, answerable, text, _, _, start in answers:
-        print(f"  {'A_Y' if answerable else 'A_N'} {q} -> {text[start:]!r}")
-    return report
+        hs, spans, start = answer_states(model, tok, prompt, seg)
+        answers.append({"question": q, "answerable": ok, "text": append(prompt, seg), "start": start,
+                        "spans": [list(x) for x in spans],
+                        "scores": layer_scores(hs, c["direction"], c["sign"], c["mean"]).tolist()})
+    center = c.get("center")
+    return {"n_layers": len(common.decoder_layers(model)), "steer": list(run.s.steer), "monitor": list(run.s.monitor),
+            "tau": run.s.tau, "center": None if center is None else center.tolist(), "true": true, "false": false,
+            "honesty": layer_scores(states, h["direction"], h["sign"], h["mean"]).tolist(), "answers": answers}
 
 
 if __name__ == "__main__":

@@ -139,11 +139,11 @@ def multihop_prediction(text: str, forced: str | None) -> str:
     return dragin_answer(cut_chain(text) if forced is None else forced_reply(text, forced))
 
 
-# A run file's forced answers, for CtrlA runs made before ctrla.py forced them itself (`ctrla.py
-# --force-answers` writes them into a side file; the tables read the two together)
+# A run file's forced answers, for CtrlA runs made before ctrla.py forced them itself
+# (benchmarks/force_answers.py writes them into a side file; the tables read the two together)
 
 def side_file(run_file: Path) -> Path:
-    """Where --force-answers keeps a run file's forced answers: RUN.forced.jsonl beside RUN.jsonl."""
+    """Where benchmarks/force_answers.py keeps a run file's forced answers: RUN.forced.jsonl beside RUN.jsonl."""
     return run_file.with_name(run_file.stem + ".forced.jsonl")
 
 
@@ -451,7 +451,7 @@ def reread_seakr(rows):
 def read_run(path, script=None, calibrate=None):
     """A run file's rows as the tables read them, and what that changed: a seakr.py run (not --calibrate)
     under the official SeaKR reading (reread_seakr), a ctrla.py run with the forced answers of its side
-    file (with_forced; RUN.forced.jsonl from `ctrla.py --force-answers`), any other as run. `script`
+    file (with_forced; RUN.forced.jsonl from `benchmarks/force_answers.py`), any other as run. `script`
     (and `calibrate`) name the method where the run has no settings file. Returns (rows, {"reread": {id:
     prediction}, "forced": [rows that took one, rows still without one, {id: prediction}]}), the keys only
     where they apply."""

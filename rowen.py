@@ -12,68 +12,21 @@ Paper: Hanxing Ding, Liang Pang, Zihao Wei, Huawei Shen, Xueqi Cheng. "Rowen: Ad
 Generation for Hallucination Mitigation in LLMs" (SIGIR-AP 2025, doi:10.1145/3767695.3769500). Official code:
 dhx20150812/Rowen (gpt-3.5-turbo-0613 as M, qwen-max as M_V, Google Serper as search).
 
-Models: M answers, paraphrases, translates, judges and repairs: it must follow instructions in a chat
-template and answer in the target language (paper 5.3 chose Qwen models for their Chinese), so the
-default MODEL is Qwen2.5-Coder-0.5B-Instruct. M_V only answers the English questions (Eq. 3): it must be
-instruction-tuned and, for the check to mean anything, of another family than M (paper 4.3: qwen-max,
-"a large instruction-tuned model for chat service", with gpt-3.5; paper 5.3: Llama-3-8B-Instruct with
-Qwen); the default VERIFIER is SmolLM2-135M-Instruct. A model without a chat template gets the same
-turns as a plain "User:/Assistant:" transcript (common.chat_prompt), which a base model continues poorly
-(Gemma-3-270M as M_V began 202 of 225 answers with "I am"/"I'm" in results/hotpotqa50).
+Models: M answers, paraphrases, translates, judges and repairs, so it must follow a chat template and
+answer in Chinese (paper 5.3): the default MODEL is Qwen2.5-Coder-0.5B-Instruct; M_V only answers, and
+should be of another family (paper 4.3, 5.3): the default VERIFIER is SmolLM2-135M-Instruct.
 
 Follows the paper's intent, its prompts (Tables 1-3) and the official code's concrete values and repair
-prompt (dhx20150812/Rowen); the other prompts are ours, written for the same purpose.
-Differs from the official code in:
-- models are local Hugging Face models (MODEL and VERIFIER below) instead of gpt-3.5-turbo-0613 and
-  qwen-max; BM25 over a local corpus stands in for the Serper web search, its top 2 per query for
-  Serper's at most int(5/2) = 2 snippets (official _parse_results);
-- the perturbation prompt is the sentence paper 3.2.1 prints, with the question on the next line (the
-  official template words it differently and ends in a "SEMANTICALLY EQUIVALENT PERTERBATIONS:" label);
-- perturbations: numbering, bullets and quotes are stripped; empty and header lines ("...:"), an echoed
-  "ORIGINAL QUESTION: ..." and copies of x0 dropped; where the output has list items or questions, only
-  they count (no "Sure, here are 6 ..." preamble); at most k kept (official: every output line, blanks and
-  "Sure! Here are..." included, no cap); if none is left, x0 itself is the only question;
-- True/False verdicts (read_yes_no): the reply's first verdict word, flipped by a negation that governs it
-  ("not true", "isn't true"); an echoed choice ("(True or False)") and a "no" before a noun ("no
-  contradiction") are no verdicts; single-character Chinese words count only standing alone; a reply
-  without a verdict is None, which counts as not consistent. The official `is_supported` reads "No." and
-  "" as True, "I cannot say" as False (without "true" or "false" it is True unless "not", "cannot",
-  "unknown" or "information" is a word of the reply), and "True. It is not false" as False (the later of
-  "true" and "false" wins);
-- StrategyQA compares labels without a judge, as the official code does, but with the same reader in
-  both languages (official `is_supported_zh` reads "否，不是" as True); unreadable labels never agree;
-- thresholds: 0.6 CL and 0.8 CM (paper 5.4; official 0.5 everywhere); hybrid 0.5, the official default,
-  as the paper gives none, or a task and (M, M_V) pair's own, calibrated to the paper's retrieval rate for
-  the task (see default_threshold);
-- CALIBRATED is in-sample: read from the Z (no answer) of the 50 questions it is reported on, per task;
-- answers are cleaned (clean_answer): a leading label echoed from the prompt ("Your Short Answer:",
-  "**Answer:**", "你的简短回答：") is stripped, and short answers, labels, translations and queries keep
-  their first line that does not introduce the answer ("Here is the translation:", "..., the answer is:")
-  (official: the raw stripped text is the answer);
-- StrategyQA search queries are reformulated greedily (paper 4.3 "otherwise 0.0"; official T = 1.0) and
-  only their first line is kept; a passage found by several queries enters the evidence once, as "title: text";
-- every call has a token cap (official: none); the verifier's StrategyQA final prompt is filled in (official
-  sends a literal "{question}"); TruthfulQA --mode cm works (official NameError); no item is dropped
-  on an error (official StrategyQA: try/except: pass); the perturbed questions are translated in the
-  target language given (official: Chinese hard-coded);
-- prompts outside the paper's Tables 1-3 are our own wording (StrategyQA reasoning, short answers,
-  translation, query reformulation, and every target-language prompt); our own prompts end in an
-  instruction, not in an answer label the model could copy; NQ, TriviaQA, HotpotQA and 2WikiMultihopQA
-  (paper Table 6 has NQ and TriviaQA, with no official runner) use the TruthfulQA chain of thought and
-  ask for a short answer of a few words, in the target language too (answer_prompts);
-- results/ repaired with ours (--repair-prompt correct: r0 "may be wrong"); the default: official (QA: ours);
-  `--repair-again RUN` redoes a finished run's Stage 3 alone with another prompt (repair_again);
-- results/ judged CM pairs in our layout ("[QA pair 1]", "Your Answer:"), now the official one; not measured;
-- StrategyQA reasons with our StrategyQA prompt in every target language (paper and results/: Chinese only);
-- the official prompts' typos ("Answwer B", "PERTERBATIONS") are not kept, and the CL judge's prompt
-  names the target language given (official: "Chinese" written in);
-- --never-retrieve / --always-retrieve still run the detection, so the trace shows what Z decided;
-- evaluation (eval.py): TruthfulQA has no GPT-judge, the paper's headline metric (4.1: a fine-tuned
-  babbage-002 that is not public); `closer_to_correct` (ROUGE-L closer to a correct than to any incorrect
-  answer) stands in for it; BLEU and ROUGE-L are the official definitions, by the libraries it used;
-- call order: the perturbation and the translations come first, so that M answers x0, the x^j and
-  the translated x^j in one batch, and judges all pairs in one batch (greedy and per-question seeds:
-  the same texts as the official one-stage-after-another order).
+prompt; the other prompts are ours. Differs from the official code, in ways that can change results, in:
+- local models and BM25 over a local corpus stand in for gpt-3.5 / qwen-max and the Serper web search;
+- perturbations are parsed (numbering, preambles and copies of x0 dropped, at most k); verdicts are read
+  by read_yes_no (official is_supported reads "No." as True);
+- thresholds: 0.6 CL and 0.8 CM (paper 5.4; official 0.5); hybrid 0.5 (official) or a task's calibrated value;
+- answers are cleaned of echoed labels (clean_answer); prompts outside Tables 1-3 are ours;
+- evaluation: TruthfulQA has no GPT-judge, the paper's headline metric (a fine-tuned babbage-002 that is not
+  public); `closer_to_correct` stands in for it;
+- the shipped StrategyQA results were repaired with our prompt (--repair-prompt correct); the default is official.
+Full list, each with the official file and line and its measured effect: docs/rowen.md.
 """
 from __future__ import annotations
 
@@ -95,9 +48,9 @@ THRESHOLDS = {"cl": 0.6,     # retrieve iff Z < threshold [paper 5.4, Fig. 4(a):
               "cm": 0.8,     # [paper 5.4, Fig. 4(a): Rowen-CM's best]
               "hybrid": 0.5}  # on Z in [0, 1 + alpha]; the paper gives none [official --threshold 0.5]
 PAPER_RATES = {"truthfulqa": 0.23,   # share of questions Rowen-Hybrid retrieves for [paper Table 5, Ratio:
-               "strategyqa": 0.20}   # GPT-3.5 with Qwen-max]; the target of threshold_for_rate
+               "strategyqa": 0.20}   # GPT-3.5 with Qwen-max]; the target of analysis.threshold_for_rate
 # The hybrid threshold of a task and an (M, M_V) pair, calibrated on its own Z at the task's PAPER_RATES
-# (default_threshold; no answer read), with the command that prints it: `python rowen.py --modes-from FILE`.
+# (default_threshold; no answer read), with the command that prints it: `python analysis.py modes FILE`.
 # subtle: each value is in-sample: read from the Z of the same 50 questions its results report.
 CALIBRATED = {
     # TruthfulQA's first 50, --never-retrieve: 20% retrieve (results/truthfulqa50-qwen2.5-coder-1.5b/)
@@ -106,6 +59,7 @@ CALIBRATED = {
     # results/strategyqa50-qwen2.5-coder-1.5b/); TruthfulQA's 1.25 would retrieve on 40% of them
     ("strategyqa", "qwen2.5-coder-1.5b", "smollm2-135m"): 0.92,
 }
+RETRIEVE_MODES = ("adaptive", "never", "always")  # --retrieve: Rowen; the baselines keep r0 / always repair
 REPAIR_PROMPT = "official"   # Stage 3's prompt: "official" (the official templates) or "correct" (ours) [official]
 TOP_K = 2                    # passages per search query [official Serper parser keeps int(5/2) = 2]
 TARGET_LANGUAGE = "Chinese"  # [paper 4.3: English -> Chinese; Table 7 also German and French]
@@ -116,12 +70,12 @@ VERIFIER = "smollm2-135m"    # M_V: SmolLM2-135M-Instruct, an instruction-tuned 
                              # than the Qwen M [paper 4.3: qwen-max-0428; 5.3: Llama-3-8B-Instruct]
 SYSTEM = "You are a helpful assistant."    # [official construct_input_message]
 MAX_TOKENS = {"cot": 512, "short": 64, "perturb": 256, "translate": 128, "check": 8,
-              "repair": 256, "reformulate": 64}  # per call [spec section 0; official: no limit]
+              "repair": 256, "reformulate": 64}  # per call [ours; official: no limit]
 
 # ----------------------------------------------------------------------------------------------
 # Prompts. Table 1 (CoT), Table 2 (cross-language check), Table 3 (cross-model check) and the
 # perturbation sentence (3.2.1) are the paper's; the others are ours, written to do what the official
-# prompts do (spec sections 1-3) without copying their wording.
+# prompts do (dhx20150812/Rowen, prompt_template.py) without copying their wording.
 
 COT = {  # Stage 1 (Table 1): the chain of thought; TruthfulQA's as Table 1 prints it, with its closing period
          # after "conjecture" (the official TRUTHFULQA_INITIAL_ANSWER_TEMPLATE has none)
@@ -350,7 +304,7 @@ def default_threshold(mode: str, model: str | None = None, verifier: str | None 
     Those numbers are GPT-3.5's. A small model's answers disagree far more often (Qwen2.5-Coder-1.5B as M
     with SmolLM2-135M as M_V: the hybrid Z of 1 of 50 TruthfulQA questions falls below 0.5), so a
     task and pair calibrated on its own Z (CALIBRATED: the threshold at which it retrieves as often as the
-    paper's Rowen-Hybrid did on that task, threshold_for_rate; no answer read) gets its own hybrid threshold;
+    paper's Rowen-Hybrid did on that task, analysis.threshold_for_rate; no answer read) gets its own hybrid threshold;
     CL and CM keep the paper's. Never another task's: Z differ by task (TruthfulQA's 1.25 retrieves on 40%
     of StrategyQA's first 50, their own 0.92 on 14%, the paper 20%); a task without a value (or task None)
     gets the official 0.5. With `say`, one stderr line names the hybrid threshold chosen and why.
@@ -360,10 +314,11 @@ def default_threshold(mode: str, model: str | None = None, verifier: str | None 
     Qwen became M and before today's verdict reader) used SmolLM2-135M as M and judge and Gemma-3-270M as
     M_V: on 4 held-out TruthfulQA questions (k = 6) Z_CL = Z_CM = 0 for every question, as that judge
     answered "False" even to "Paris" vs "Paris", so any positive threshold retrieved always. It says
-    nothing about today's models. To calibrate a pair, run --never-retrieve on held-out questions (the
-    trace keeps z_cl and z_cm) and read `python rowen.py --modes-from FILE`: the threshold at the paper's
+    nothing about today's models. To calibrate a pair, run --retrieve never on held-out questions (the
+    trace keeps z_cl and z_cm) and read `python analysis.py modes FILE`: the threshold at the paper's
     retrieval rate for the task (Table 5: 23% of TruthfulQA, 20% of StrategyQA), or another rate you
-    pick with threshold_for_rate."""
+    pick with analysis.threshold_for_rate. This function alone decides the threshold a run uses when
+    --threshold is not given (main, and Settings with threshold None)."""
     value = CALIBRATED.get((task, model, verifier)) if mode == "hybrid" else None
     if say and mode == "hybrid":
         pair = f"on {task} for M {model} with M_V {verifier}"
@@ -375,26 +330,6 @@ def default_threshold(mode: str, model: str | None = None, verifier: str | None 
             line += f" (rowen.CALIBRATED has {', '.join(other)}: another task's value is never used)" if other else ""
         print(line, file=sys.stderr)
     return THRESHOLDS[mode] if value is None else value
-
-
-def _cut(lo: float, hi: float) -> float:
-    """A threshold between two scores: the midpoint, to 2 decimals where that keeps it in (lo, hi]."""
-    mid = (lo + hi) / 2
-    return round(mid, 2) if lo < round(mid, 2) <= hi else mid
-
-
-def threshold_for_rate(zs: list[float], rate: float) -> dict | None:
-    """The threshold t (retrieve iff Z < t) under which the share of scores is nearest `rate`: a threshold
-    read off the scores' distribution alone, no answer read. Candidates: the lowest score (none retrieve),
-    one between each two consecutive distinct scores (_cut), and the highest plus 0.5 (all retrieve); a tie
-    goes to the lower rate. {"threshold", "rate", "table": [[t, rate], ...]}; None without scores."""
-    if not zs:
-        return None
-    values = sorted({round(z, 9) for z in zs})      # 5/6 + 1/2 and 2/3 + 2/3 differ in their last bits
-    cands = [min(zs)] + [_cut(a, b) for a, b in zip(values, values[1:])] + [max(zs) + 0.5]
-    table = [[t, sum(z < t for z in zs) / len(zs)] for t in cands]
-    t, r = min(table, key=lambda c: (abs(c[1] - rate), c[1]))
-    return {"threshold": t, "rate": r, "table": table}
 
 
 def label_checks(answers: list[str], others: list[str], language: str = "English"):
@@ -495,7 +430,7 @@ class Settings:
     alpha: float = ALPHA
     k: int = K
     target_language: str = TARGET_LANGUAGE
-    retrieve: str = "adaptive"         # adaptive | never | always (the baselines)
+    retrieve: str = "adaptive"         # one of RETRIEVE_MODES (--retrieve)
     repair_prompt: str = REPAIR_PROMPT  # official | correct (REPAIR)
     seed: int = 0
     max_tokens: dict = field(default_factory=lambda: dict(MAX_TOKENS))
@@ -649,139 +584,6 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
-# Detection analysis: one `--mode hybrid` output re-read (python rowen.py --modes-from FILE [--limit N])
-#
-# How well Z_CL, Z_CM and the hybrid Z flag wrong initial answers, and (for an --always-retrieve run)
-# what Rowen-CL, -CM, -Hybrid and never-retrieve would have answered. The hybrid Z of a row is
-# Z_CL + alpha Z_CM with the alpha of the run that wrote it (its trace), never a default or the
-# command line's.
-
-def rows_task(rows) -> str | None:
-    """The task of a run's rows (their traces'), None where they hold several or none."""
-    tasks = {r.get("trace", {}).get("task") for r in rows}
-    return tasks.pop() if len(tasks) == 1 else None
-
-
-def mode_score(trace, mode):
-    """Z of one mode from a Rowen trace that holds Z_CL and Z_CM (hybrid: Eq. 6 with the trace's alpha)."""
-    # every rowen.py trace records its alpha; a hand-made row without one is read at the default
-    alpha = trace.get("alpha", ALPHA)
-    return hybrid_score(trace["z_cl"], trace["z_cm"], alpha) if mode == "hybrid" else trace[f"z_{mode}"]
-
-
-def at_threshold(rows, mode, threshold):
-    """The rows a Rowen run of `mode` with this threshold would give, re-read from one `--mode hybrid
-    --always-retrieve` run. Every mode draws the same perturbations (same seed) and gets the same greedy
-    answers and verdicts, and retrieval repairs with the same greedy call, so the prediction is the
-    run's repaired answer iff Z_mode < threshold, else r0 (exactly what a run of that mode returns).
-    Model calls and seconds stay those of the hybrid run (a CL-only run makes fewer)."""
-    out = []
-    for row in rows:
-        tr = row["trace"]
-        if tr.get("z_cl") is None or tr.get("z_cm") is None or not tr.get("retrieved"):
-            raise common.InputError(f"{row['id']}: not from a --mode hybrid --always-retrieve run")
-        retrieve = should_retrieve(mode_score(tr, mode), threshold)
-        final = tr["final_answer"] if retrieve else tr["initial_answer"]
-        if tr["task"] == "strategyqa":
-            final = yes_no_label(final)
-        out.append({**row, "prediction": final, "retrievals": len(tr["queries"]) if retrieve else 0})
-    return out
-
-
-def modes_from_run(rows, model=None, verifier=None):
-    """Rowen-CL, -CM, -Hybrid at their default thresholds for the run's task and (M, M_V) and the never-retrieve
-    baseline (threshold 0: Z < 0 never holds), re-read from one `--mode hybrid --always-retrieve` run
-    (at_threshold)."""
-    task = rows_task(rows)
-    out = {m: at_threshold(rows, m, default_threshold(m, model, verifier, task)) for m in ("cl", "cm", "hybrid")}
-    out["never"] = at_threshold(rows, "hybrid", 0.0)
-    return out
-
-
-def initial_is_right(row):
-    """Whether Rowen's r0 (the initial answer) is right: StrategyQA's label, TruthfulQA's
-    closer-to-correct, otherwise the gold answer contained in it (CtrlA's accuracy)."""
-    r0 = row["trace"]["initial_answer"]
-    if row["trace"]["task"] == "strategyqa":
-        r0 = yes_no_label(r0)
-    return metrics.is_right(row, r0)
-
-
-def detection_quality(rows, model=None, verifier=None):
-    """Does a low Z go with a wrong initial answer? Per score (Z_CL, Z_CM, hybrid): the AUC of Z
-    separating right from wrong r0 (the chance that a random right answer has the higher Z, i.e.
-    auroc of -Z against wrong; ties count half; 0.5 = no signal), the default threshold for the run's task
-    and (M, M_V), and the rate at which it sends wrong and right answers to retrieval."""
-    if any(r["trace"].get("z_cl") is None or r["trace"].get("z_cm") is None for r in rows):
-        raise common.InputError("detection quality needs Z_CL and Z_CM: a --mode hybrid run")
-    right = [initial_is_right(r) for r in rows]
-    out = {"n": len(rows), "wrong": right.count(False)}
-    for name in ("cl", "cm", "hybrid"):
-        z = [mode_score(r["trace"], name) for r in rows]
-        good = [v for v, ok in zip(z, right) if ok]
-        bad = [v for v, ok in zip(z, right) if not ok]
-        auc = metrics.auroc([-v for v in z], [not ok for ok in right])
-        th = default_threshold(name, model, verifier, rows_task(rows))
-        out[name] = {"auc": round(auc, 3) if auc is not None else None, "threshold": th,
-                     "retrieve_wrong": round(sum(v < th for v in bad) / len(bad), 3) if bad else None,
-                     "retrieve_right": round(sum(v < th for v in good) / len(good), 3) if good else None}
-    return out
-
-
-def rate_calibration(rows: list[dict], rate: float | None = None) -> dict | None:
-    """threshold_for_rate over the hybrid Z of a --mode hybrid run's rows (each trace's alpha), at `rate` or
-    the paper's Rowen-Hybrid rate for the rows' task (PAPER_RATES); adds "target" and "n". None when a row
-    holds no Z or the task has no paper rate."""
-    if not rows or any(r.get("trace", {}).get("z_cl") is None or r["trace"].get("z_cm") is None for r in rows):
-        return None
-    rate = PAPER_RATES.get(rows[0]["trace"].get("task")) if rate is None else rate
-    if rate is None:
-        return None
-    found = threshold_for_rate([mode_score(r["trace"], "hybrid") for r in rows], rate)
-    return {**found, "target": rate, "n": len(rows)}
-
-
-def run_models(path) -> tuple[str | None, str | None]:
-    """(M, M_V) as a run's settings file beside it names them; (None, None) where it cannot be read."""
-    try:
-        saved = common.read_settings(Path(path).with_suffix(".settings.json"))
-    except common.InputError:
-        return None, None
-    return saved.get("--model"), saved.get("--verifier")
-
-
-def report(path, limit=None):
-    """The text `rowen.py --modes-from FILE` prints: for an --always-retrieve run the modes' table
-    (modes_from_run), then detection_quality at the thresholds of the run's task and (M, M_V) (its settings file),
-    then the hybrid threshold at the paper's retrieval rate for the task (rate_calibration); with `limit`,
-    the file's first rows only."""
-    try:
-        rows = metrics.read_rows(path)
-    except (OSError, ValueError) as e:
-        raise common.InputError(f"--modes-from: {e}") from None
-    rows = rows[:limit] if limit else rows
-    lines, pair = [], run_models(path)
-    if all(r["trace"].get("retrieved") for r in rows):
-        table = [(f"rowen-{m}", metrics.summarize(r)) for m, r in modes_from_run(rows, *pair).items()]
-        lines.append(metrics.format_table(table, markdown=True))
-    q = detection_quality(rows, *pair)
-    lines.append(f"detection on {q['n']} questions, {q['wrong']} initial answers wrong:")
-    for name in ("cl", "cm", "hybrid"):
-        lines.append(f"  Z_{name}: AUC {q[name]['auc']}; below threshold {q[name]['threshold']:g} it retrieves "
-                     f"{q[name]['retrieve_wrong']} of wrong and {q[name]['retrieve_right']} of right answers")
-    if (cal := rate_calibration(rows)) is not None:
-        lines.append(rate_text(cal))
-    return "\n".join(lines)
-
-
-def rate_text(cal: dict) -> str:
-    """rate_calibration's threshold, one line."""
-    return (f"hybrid threshold at the paper's {100 * cal['target']:.0f}% retrieval rate (threshold_for_rate "
-            f"over {cal['n']} questions' Z, no answer read): {cal['threshold']:g}, retrieving on "
-            f"{100 * cal['rate']:.0f}%")
-
-
-# ----------------------------------------------------------------------------------------------
 # Stage 3 again: a finished run's repair made with another prompt
 # (python rowen.py --repair-again RUN.jsonl --repair-prompt official [--output OUT.jsonl])
 #
@@ -887,7 +689,7 @@ def repair_report(rows: list[dict], redone: list[dict], source: Path, out: Path)
 
 def run_name(args) -> str:
     """The output file's method part, so that runs with other settings never resume each other."""
-    parts = [f"rowen-{args.mode}", "never" if args.never_retrieve else "always" if args.always_retrieve else "",
+    parts = [f"rowen-{args.mode}", "" if args.retrieve == "adaptive" else args.retrieve,
              f"t{args.threshold:g}" if args.threshold is not None else "", f"k{args.k}" if args.k != K else "",
              f"a{args.alpha:g}" if args.alpha != ALPHA else "",
              args.target_language.lower() if args.target_language != TARGET_LANGUAGE and args.mode != "cm" else "",
@@ -898,37 +700,39 @@ def run_name(args) -> str:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="Rowen: retrieve only when answers disagree across languages and models")
-    common.add_common_args(p, dataset="truthfulqa")
-    p.set_defaults(model=MODEL)
-    p.add_argument("--verifier", default=VERIFIER, help="M_V for the cross-model check (alias, HF id or directory)")
-    p.add_argument("--mode", choices=["cl", "cm", "hybrid"], default="hybrid",
+    g = p.add_argument_group("Rowen")
+    g.add_argument("--verifier", default=VERIFIER, help="M_V for the cross-model check (alias, HF id or directory)")
+    g.add_argument("--mode", choices=["cl", "cm", "hybrid"], default="hybrid",
                    help="consistency across languages (cl), models (cm) or both (hybrid, Eq. 6)")
-    p.add_argument("--threshold", type=float,
-                   help="retrieve iff Z < threshold (default: 0.6 cl, 0.8 cm [paper 5.4], 0.5 hybrid [official]; "
-                        "a calibrated hybrid threshold for the task and (M, M_V) pairs in rowen.CALIBRATED)")
-    p.add_argument("--alpha", type=float, default=ALPHA, help="weight of Z_CM in the hybrid score (paper: 1.0)")
-    p.add_argument("--k", type=int, default=K, help="perturbed questions per question (paper: 6)")
-    p.add_argument("--repair-prompt", choices=sorted(REPAIR), default=REPAIR_PROMPT,
+    g.add_argument("--threshold", type=float,
+                   help="retrieve iff Z < threshold (default: " + ", ".join(f"{v:g} {m}" for m, v in THRESHOLDS.items())
+                        + " (rowen.THRESHOLDS); the hybrid threshold calibrated for the task and (M, M_V) where "
+                        "rowen.CALIBRATED has one: rowen.default_threshold)")
+    g.add_argument("--alpha", type=float, default=ALPHA, help="weight of Z_CM in the hybrid score (paper: 1.0)")
+    g.add_argument("--k", type=int, default=K, help="perturbed questions per question (paper: 6)")
+    g.add_argument("--repair-prompt", choices=sorted(REPAIR), default=REPAIR_PROMPT,
                    help="Stage 3's prompt: the official templates (default) or ours, which says r0 may be wrong (correct)")
-    p.add_argument("--target-language", choices=sorted(TARGET), default=TARGET_LANGUAGE,
+    g.add_argument("--target-language", choices=sorted(TARGET), default=TARGET_LANGUAGE,
                    help="language of the cross-language check (paper: Chinese; Table 7: German, French)")
-    baseline = p.add_mutually_exclusive_group()
-    baseline.add_argument("--never-retrieve", action="store_true", help="baseline: always keep r0 (Z still computed)")
-    baseline.add_argument("--always-retrieve", action="store_true", help="baseline: always search and repair")
-    p.add_argument("--modes-from", metavar="FILE",
-                   help="read a --mode hybrid output file: print how well Z_CL, Z_CM and Z flag wrong initial "
-                        "answers (detection_quality) and, for an --always-retrieve run, Rowen-CL, -CM, "
-                        "-Hybrid and never-retrieve re-read from it (modes_from_run); the hybrid Z with the alpha of "
-                        "the run (its traces), not --alpha; with --limit N, its first N rows; then exit")
-    p.add_argument("--repair-again", metavar="RUN",
+    retrieve = g.add_mutually_exclusive_group()
+    retrieve.add_argument("--retrieve", choices=RETRIEVE_MODES, default="adaptive",
+                          help="adaptive = Rowen; the baselines: never = always keep r0 (Z still computed), "
+                               "always = always search and repair")
+    for mode in RETRIEVE_MODES[1:]:     # the old flags, kept for a release
+        retrieve.add_argument(f"--{mode}-retrieve", dest="retrieve", action="store_const", const=mode,
+                              help=f"old name of --retrieve {mode}")
+    g.add_argument("--modes-from", metavar="FILE", help="moved: python analysis.py modes FILE [--limit N]")
+    g.add_argument("--repair-again", metavar="RUN",
                    help="redo Stage 3 of a finished run file with --repair-prompt, on the run's model, precision "
                         "and kernel (its settings; --model, --dtype, --device, --linear are not read): writes "
                         "RUN-repair-PROMPT.jsonl or --output, resumable; --limit, --skip, --overwrite and --cache "
                         "apply (repair_again); then exit")
+    common.add_common_args(p, dataset="truthfulqa")
+    p.set_defaults(model=MODEL)
     args = p.parse_args(argv)
-    if args.modes_from:   # the analysis section above
-        print(report(args.modes_from, args.limit))
-        return
+    if args.modes_from:     # reading a run file is analysis.py's
+        raise common.InputError(f"--modes-from moved: python analysis.py modes {args.modes_from}"
+                                + (f" --limit {args.limit}" if args.limit else ""))
     if args.repair_again:   # Stage 3 again, above
         repair_again(args)
         return
@@ -942,7 +746,7 @@ def main(argv=None):
         args.mode, args.model, args.verifier, tasks.pop() if len(tasks) == 1 else None, say=True)
     s = Settings(mode=args.mode, threshold=threshold, alpha=args.alpha, k=args.k,
                  target_language=args.target_language, seed=args.seed, repair_prompt=args.repair_prompt,
-                 retrieve="never" if args.never_retrieve else "always" if args.always_retrieve else "adaptive")
+                 retrieve=args.retrieve)
     bm25 = common.load_retriever(args, records, preset="seakr")  # no official index (Serper web search)
     if args.mode != "cl" and args.model == args.verifier:
         print(f"note: M and M_V are both {args.model}: the cross-model check compares the model with itself "

@@ -2,87 +2,25 @@
 
 The method in five lines:
 1. Each reasoning step is generated greedily; 20 more samples of the same step give the uncertainty
-   U = (1/k) logdet(Z Z^T + alpha I) of the samples' hidden states at the EOS position (3.4), read at
-   the MLP output of decoder layer L/2 - 1 (0-based; 15 of LLaMA-2-7B's 32).
-2. Self-aware retrieval (3.1): if U exceeds the threshold delta, a query is built from the step (uncertain
-   words removed) and BM25 returns N = 3 passages.
-3. Self-aware re-ranking (3.2): the step is regenerated with each passage in context; the passage whose
-   step has the lowest U joins the knowledge buffer, its step joins the rationale buffer.
-4. The loop stops at a step that states its answer ("So the answer is ..."), after 7 steps or 5
-   retrievals (official README: --max_reasoning_steps 7 --max_docs 5).
-5. Self-aware reasoning (3.3, as the official code does it): an answer regenerated with the rationales
-   as context and one from a fresh chain of thought over all passages; the lower U wins.
-
-Baselines and ablations from the same code (paper 4.1.2 and Table 3), `--retrieve`:
-- `never`: CoT, one greedy chain of thought with the same exemplars (DRAGIN's length per dataset:
-  COT_TOKENS), no retrieval and no uncertainty; a chain that names no answer gets DRAGIN's forced answer;
-- `ircot`: IRCoT, retrieve at every step with the question (first step) or the last generated sentence
-  (later steps) as the query, as DRAGIN's fix-sentence IRCoT does (the question as edited above, its
-  periods spaces, as the prompt shows it; DRAGIN searches the raw question, "F.W. Murnau"); BM25's top
-  passage not yet read joins the context, which keeps what was read (as IRCoT; DRAGIN's run shows the
-  current query's top 3 only); SeaKR's step format, stops, final-step test and limits (7 steps, 5
-  retrievals: the official README's; paper 4.1.3 applies SeaKR's constraints to all baselines); no
-  re-ranking, no self-aware reasoning; in simple QA, one retrieval for the question;
-- `no-sa-retrieval`: "- S.A. Retrieval", SeaKR retrieving for every step (paper 5.1), a first step
-  that already names an answer included (re-ranking and reasoning kept);
-- `--no-rerank`: "- S.A. Re-rank"; `--final rationales|knowledge`: "Rationales-only", "Knowledge-only".
+   U = (1/k) logdet(Z Z^T + alpha I) of their hidden states at the EOS position (3.4), layer L/2 - 1's MLP output.
+2. Self-aware retrieval (3.1): if U exceeds delta, the step without its uncertain words is the query; BM25 gives N = 3.
+3. Self-aware re-ranking (3.2): the step is regenerated with each passage; the lowest U's passage and step are kept.
+4. The loop stops at a step that states its answer, after 7 steps or 5 retrievals (official README).
+5. Self-aware reasoning (3.3): an answer from the rationales and one from the passages; the lower U wins.
 
 Paper: Zijun Yao, Weijian Qi, Liangming Pan, Shulin Cao, Linmei Hu, Weichuan Liu, Lei Hou, Juanzi Li.
 "SeaKR: Self-aware Knowledge Retrieval for Adaptive Retrieval Augmented Generation" (arXiv 2406.19215;
 ICLR 2025 submission). Official code: THU-KEG/SeaKR (a patched vLLM 0.4.2 + Elasticsearch).
 
-Follows the paper's intent and the official code's concrete values. Follows
-the official code, not the paper, in the final reasoning (reason): the paper (3.3, appendix D.3 =
-arXiv B.3) puts "So the final answer is" right after the last rationale and stops both strategies at
-a newline; the official read_all_steps gives the rationales as Context passages and regenerates (stop:
-the base stops and a newline; " So the answer is" forced on failure), and read_all_docs stops at the
-base stops only, so its chain of thought may run over several lines.
-Differs from the official code in:
-- the hidden state comes from a forward hook on the layer's MLP of a plain transformers model, not a
-  patched vLLM; the EOS substitution (last sampled token replaced by EOS, one more step) is the same;
-- a step with no non-empty sample gets U = +inf (always uncertain); the official 0 is "uncertain" only
-  on LLaMA-2's scale (delta = -6), not on models whose scores sit above 0; in simple QA an empty
-  answer with a passage counts as +inf too (the official notebook takes the minimum score as it is);
-- prompts end in "Answer:" and "So the answer is" without the official trailing space: a final space is
-  a token of its own on both tokenizer kinds ("▁" for LLaMA's SentencePiece, " " for byte-level BPE)
-  that the model rarely saw there (common.encode strips it); the model writes the space itself (where
-  the official code forces an answer on such a prompt, "Answer: " + " So the answer is ", it reads
-  "Answer:  So the answer is " with two spaces; here "Answer: So the answer is"); fed-back steps are
-  stripped and joined by one space (official: vLLM keeps each step's leading space: "Answer:  X.  Y.");
-- answers are read as the official code reads them (eval.read_answer: after "the answer is" up to the
-  first comma or period), and a step ends the loop when that reading finds an answer in it (official
-  check_final_step), but read with the ". " stop that cut it (step_answer): "So the answer is Paris" cut
-  from "Paris. It is" is final here, and not officially (vLLM drops the stop string), where the loop would
-  go on past most stated answers of the shipped HotpotQA runs. A forced continuation is read the same
-  way, or whole where it holds no comma or period (official: whole, so this model's run-on "1860.Human:
-  ..." would be an answer); CoT and IRCoT force theirs as DRAGIN's evaluation does (exemplars, question
-  and chain, no passages, 20 tokens), when this reading finds none (DRAGIN: when "the answer is" is absent);
-- generated steps keep their internal periods when fed back (the official `' '.strip()` bug removes them);
-- the eigen score is computed in float64 with slogdet (official: float32 logdet, which gives -inf or nan
-  where the Gram matrix's determinant overflows or underflows float32: ours is the sound one);
-- the rationale strategy drops the last step's sentences that contain "the answer is" or "is the answer"
-  split at ". ", "? " and "! " (official: spaCy's sentence splitter);
-- query words are filtered by a stop-word list, not spaCy's part-of-speech tags, and all sentences of
-  the step count (the official code keeps only the last sentence's words); words are tied to tokens by
-  character offsets (official: by matching per-token strings); the test "the word is in the question or
-  the previous step" is a case-insensitive substring test (official: case-sensitive substring);
-- BM25 with the SeaKR/DRAGIN Elasticsearch settings, computed locally (common.open_retriever, preset
-  'seakr'), and the passage shown to the model is "title: text" (official: text only; DPR passages
-  usually start with the title);
-- the forced answer of the rationale strategy is greedy only (its 20 samples are never used);
-- --calibrate's estimators (uncertainty_baselines) read the samples' log-probabilities under the full
-  distribution (official: vLLM's, after top-k and top-p), and its LN-entropy is Malinin and Gales'
-  (the official engine's `ln_entropy` is the samples' mean perplexity, our multi-perplexity);
-- samples are seeded per question and call (official: seed 42 for every request); a retrieval with
-  fewer than N new hits re-ranks fewer candidates (official: pads with empty passages of random ids);
-- simple QA retrieves BM25's top 10 for the question cut to 64 tokens (official: a pre-packed DPR top-10
-  file) and uses the multi-hop rule "retrieve iff U > delta or the answer is empty" (official notebook:
-  keep the direct answer iff U < delta, whatever its text; so an empty direct answer retrieves here);
-- the question edit is the official one: multi-hop questions have their periods replaced by spaces
-  (official MultiHopReasoner.__init__), simple-QA questions are left as they are (official main_simpleqa);
-  but every question is stripped of surrounding whitespace first (questions._record), and a multi-hop one
-  again after the edit (official: kept, so a question that ends in a space or a period is followed by a
-  space before "\nAnswer:").
+Follows the paper's intent and the official code's concrete values; the official code, not the paper,
+in the final reasoning (reason). Differs from the official code, in ways that can change results, in:
+- a step is final when eval.read_answer finds an answer in it read with the ". " stop that cut it
+  (step_answer; official: without it, so the loop went on past most stated answers of the shipped runs);
+- a step with no non-empty sample has U = +inf, always uncertain (official 0: uncertain only on LLaMA-2's scale);
+- prompts end in "Answer:" without the official trailing space; fed-back steps keep their internal periods;
+- query words are kept by a stop-word list over the whole step (official: spaCy POS tags, last sentence only);
+- passages are shown as "title: text" (official: text only); simple QA searches BM25's top 10 itself.
+Full list, each with the official file and line and its measured effect: docs/seakr.md.
 """
 from __future__ import annotations
 
@@ -127,7 +65,7 @@ THRESHOLDS = {
     "meta-llama/Llama-2-7b-chat-hf": -6.0,   # paper 5.3, official --eigen_threshold
     # our rule over results/nq200/seakr-calibrate.jsonl, the scores of `--calibrate --data
     # NQ-open.dev.jsonl --limit 200` (code at 5cede81; 6 of 200 right unaided, the paper's condition met
-    # nowhere), recomputed without a model by: python -c "import json, seakr; print(seakr.threshold_table(
+    # nowhere), recomputed without a model by: python -c "import json, analysis; print(analysis.threshold_table(
     # [(r['score'], r['right']) for r in map(json.loads, open('results/nq200/seakr-calibrate.jsonl'))])['gap'])"
     # The results up to now were made with 3.01 (the same rule on the first 30 questions, before 0c352f2)
     "smollm2-135m": 3.69,
@@ -139,10 +77,6 @@ THRESHOLDS = {
     "qwen2.5-coder-1.5b": 0.41,
 }
 PAPER_THRESHOLD = -6.0
-# --calibrate's two rules (threshold_table): the paper's condition at its cut point (5.3: "less than 80%
-# questions cannot be answered correctly"), and ours (each side of a delta holds >= 10% of the questions)
-PAPER_KEPT_WRONG = 0.8
-MIN_SIDE = 0.1
 MULTI_HOP = {"hotpotqa": "hotpotqa", "2wikimultihopqa": "2wikimultihopqa", "iirc": "iirc",
              "musique": "hotpotqa"}   # MuSiQue has no exemplars of its own: HotpotQA's are closest
 BASE_STOP = ("\n\n", "\nQuestion:", "\nContext")   # [official prepare_llm_input]
@@ -359,6 +293,7 @@ def call_many(model, tok, prompts: list[str], stop, s: Settings, budget: Budget)
     mlp = common.decoder_layers(model)[s.layer].mlp
     seeds = [budget.next_seed() for _ in prompts]
     calls = []
+    # g.hidden: layer s.layer's MLP output at the row's last token replaced by EOS (common.reference reads it)
     for gens in common.sample_many(model, tok, prompts, s.k, seeds=seeds, temperature=TEMPERATURE, top_k=TOP_K,
                                    top_p=TOP_P, max_new_tokens=MAX_NEW_TOKENS, stop=stop, hidden_module=mlp,
                                    with_greedy=True):
@@ -421,9 +356,18 @@ def solve_multihop(model, tok, bm25, prefix: str, question: str, s: Settings, bu
         if not retrieve:                # (an empty step always retrieves: should_retrieve)
             steps.append(c.text)
         else:
-            chosen = rerank(model, tok, bm25, prefix, question, steps, docs, searched, c, s, budget, entry)
-            if chosen is None:          # a repeated query or no new passage ends the loop (official)
+            full, query, hits = search(tok, bm25, c, question, steps, docs, searched)
+            searched.add(full)
+            entry.update(retrieved=True, query=query)
+            if not hits:                # a repeated query or no new passage ends the loop (official)
                 break
+            hits = hits if s.rerank else hits[:1]       # "- S.A. Re-rank": BM25's first passage alone
+            context = [passage_text(d) for d in docs]
+            prompts = [build_prompt(prefix, question, steps, context + [passage_text(h)]) for h in hits]
+            stop = stop_strings(bool(steps), final=False)
+            chosen, passage, entry["candidates"] = rerank(model, tok, hits, prompts, stop, s, budget)    # one batch
+            entry["chosen"] = passage["id"]
+            docs.append(passage)
             steps.append(chosen.text)
             if step_answer(chosen.gen) is not None:
                 break
@@ -434,33 +378,32 @@ def solve_multihop(model, tok, bm25, prefix: str, question: str, s: Settings, bu
             "trace": {"steps": trace, "passages": [d["id"] for d in docs], **final}}
 
 
-def rerank(model, tok, bm25, prefix, question, steps, docs, searched, failed: Call, s: Settings,
-           budget: Budget, entry: dict) -> Call | None:
-    """Retrieve for an uncertain step and keep the passage whose regenerated step is most certain;
-    that step's call, or None when there is nothing new to read."""
+def search(tok, bm25, failed: Call, question: str, steps: list[str], docs: list[dict],
+           searched: set[str]) -> tuple[str, str, list[dict]]:
+    """Self-aware retrieval's search for an uncertain step (paper 3.1): the query from its sure words
+    (query_from_step; the question's content words when none), and BM25's top N passages for it that are
+    not in the knowledge buffer yet. Returns (the query as built, the query as searched: its last 64
+    tokens, the passages); no passages, and no search, for a query already in `searched`."""
     query = query_from_step(tok, failed.gen, failed.text, question, steps[-1] if steps else "")
     if not query:
         query = " ".join(w for w in re.findall(r"\w+", question) if w.lower() not in common.STOP_WORDS)
     full, query = query, truncate_query(tok, query)
-    entry.update(retrieved=True, query=query)
     if full in searched:   # [official _retrieve] the query as built, before its cut to 64 tokens
-        return None
-    searched.add(full)
+        return full, query, []
     have = {d["id"] for d in docs}
-    hits = [h for h in bm25.search(query, RERANK_N) if h["id"] not in have]
-    if not hits:
-        return None
-    if not s.rerank:
-        hits = hits[:1]
-    context = [passage_text(d) for d in docs]
-    cands = call_many(model, tok, [build_prompt(prefix, question, steps, context + [passage_text(h)]) for h in hits],
-                      stop_strings(bool(steps), final=False), s, budget)     # one batch
+    return full, query, [h for h in bm25.search(query, RERANK_N) if h["id"] not in have]
+
+
+def rerank(model, tok, hits: list[dict], prompts: list[str], stop, s: Settings,
+           budget: Budget) -> tuple[Call, dict, list[dict]]:
+    """Self-aware re-ranking (paper 3.2): the step regenerated once per passage (prompts[i] reads hits[i]
+    after the knowledge buffer), as one batch; the passage whose step is most certain is kept. Returns (that
+    step's call, its passage, every candidate as the trace records it)."""
+    cands = call_many(model, tok, prompts, stop, s, budget)
     best = pick_candidate([c.score for c in cands], [c.text for c in cands])
-    entry["candidates"] = [{"id": h["id"], "title": h["title"], "bm25": round(h["score"], 3),
-                            "text": c.text, "score": _num(c.score)} for h, c in zip(hits, cands)]
-    entry["chosen"] = hits[best]["id"]
-    docs.append(hits[best])
-    return cands[best]
+    record = [{"id": h["id"], "title": h["title"], "bm25": round(h["score"], 3), "text": c.text,
+               "score": _num(c.score)} for h, c in zip(hits, cands)]
+    return cands[best], hits[best], record
 
 
 def reason(model, tok, prefix, question, steps, docs, s: Settings, budget: Budget) -> dict:
@@ -616,22 +559,24 @@ def run_name(retrieve: str, rerank: bool = True, final: str = "both") -> str:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="SeaKR: self-aware knowledge retrieval (uncertainty-driven RAG)")
-    common.add_common_args(p, dataset="hotpotqa")
-    p.add_argument("--threshold", type=float, help="delta: retrieve iff U > delta (default: per model)")
-    p.add_argument("--layer", type=int, help="decoder layer (0-based) whose MLP output U reads (default L/2 - 1)")
-    p.add_argument("--samples", type=int, default=K_SAMPLES, help="k samples per call (paper: 20)")
-    p.add_argument("--retrieve", choices=RETRIEVE_MODES + ("always",), default="adaptive",
+    g = p.add_argument_group("SeaKR")
+    g.add_argument("--threshold", type=float, help="delta: retrieve iff U > delta (default: per model)")
+    g.add_argument("--layer", type=int, help="decoder layer (0-based) whose MLP output U reads (default L/2 - 1)")
+    g.add_argument("--samples", type=int, default=K_SAMPLES, help="k samples per call (paper: 20)")
+    g.add_argument("--retrieve", choices=RETRIEVE_MODES + ("always",), default="adaptive",
                    help="adaptive = SeaKR; the paper's baselines: never = CoT, ircot = IRCoT; the ablation "
                         "no-sa-retrieval = '- S.A. Retrieval' (retrieve at every step; 'always' is its old name)")
-    p.add_argument("--no-rerank", action="store_true",
+    g.add_argument("--no-rerank", action="store_true",
                    help="ablation '- S.A. Re-rank': take BM25's first passage")
-    p.add_argument("--final", choices=["both", "rationales", "knowledge"], default="both",
+    g.add_argument("--final", choices=["both", "rationales", "knowledge"], default="both",
                    help="ablations 'Rationales-only' and 'Knowledge-only': one reasoning strategy")
-    p.add_argument("--mode", choices=["auto", "multihop", "simple"], default="auto",
+    g.add_argument("--mode", choices=["auto", "multihop", "simple"], default="auto",
                    help="multi-hop loop or simple QA (auto: by dataset)")
-    p.add_argument("--calibrate", action="store_true",
+    g.add_argument("--calibrate", action="store_true",
                    help="answer --data/--dataset directly, write each answer's eigen score and the "
-                        "paper's baseline scores (a run file, resumable), print accuracy per threshold")
+                        "paper's baseline scores (a run file, resumable); python analysis.py calibration FILE "
+                        "prints accuracy per threshold")
+    common.add_common_args(p, dataset="hotpotqa")
     args = p.parse_args(argv)
     if args.retrieve == "always":
         args.retrieve = "no-sa-retrieval"
@@ -639,13 +584,17 @@ def main(argv=None):
         p.error(f"--retrieve {args.retrieve} is a baseline without re-ranking, reasoning strategies or U")
 
     name = "seakr-calibrate" if args.calibrate else run_name(args.retrieve, not args.no_rerank, args.final)
+    # the table that picks delta from a calibration file reads it without a model: analysis.py
+    output = args.output or common.default_output(name, args)
+    table = f"accuracy per threshold: python analysis.py calibration {output}" + (
+        f" --limit {args.limit}" if args.limit else "")
     try:
         records = common.check_inputs(args, name, __file__)   # bad input fails here, before the model loads
     except common.NothingToDo as done:
         if not args.calibrate:
             raise
         print(done, file=sys.stderr)    # every answer is in the file: its table needs no model
-        print_calibration(args.output or common.default_output(name, args), common.load_questions(args))
+        print(table)
         return
     model, tok = common.load_model(args.model, args.dtype, args.device)
     delta = args.threshold if args.threshold is not None else THRESHOLDS.get(args.model)
@@ -659,6 +608,7 @@ def main(argv=None):
                  retrieve=args.retrieve, rerank=not args.no_rerank, final=args.final, seed=args.seed)
     if args.calibrate:
         calibrate(model, tok, args, records, s)
+        print(table)
         return
     bm25 = common.load_retriever(args, records, preset="seakr")
     prefixes = {}
@@ -680,38 +630,9 @@ def main(argv=None):
 
 
 # ----------------------------------------------------------------------------------------------
-# Threshold calibration, not part of the method: `python seakr.py --calibrate` (paper 5.3: delta
-# searched on a sample of NQ questions)
-
-def threshold_table(rows: list[tuple[float, bool]]) -> dict:
-    """From (direct-answer score, answered right) pairs: per candidate delta (the 5%, 10%, .., 95%
-    quantiles of the scores), the retrieval rate and the share answered right on each side, and
-    two recommended deltas (None when no candidate qualifies), each with at least 10% of the
-    questions on each side:
-    - "gap" (our rule): the delta that separates right from wrong best, max acc(kept) - acc(retrieved);
-    - "paper": paper 5.3's condition read as: of the questions kept (U <= delta), fewer than 80% are
-      answered wrong; the largest delta that meets it, i.e. the least retrieval it allows."""
-    rows = sorted(rows)
-    scores = [r[0] for r in rows]
-    candidates = sorted({round(scores[int(len(scores) * f / 20)], 2) for f in range(1, 20)})
-    table, gap, paper = [], None, None
-    for d in candidates:
-        kept = [ok for sc, ok in rows if sc <= d]
-        retr = [ok for sc, ok in rows if sc > d]
-        acc_k = sum(kept) / len(kept) if kept else float("nan")
-        acc_r = sum(retr) / len(retr) if retr else float("nan")
-        table.append({"delta": d, "retrieval_rate": len(retr) / len(rows), "acc_kept": acc_k,
-                      "acc_retrieved": acc_r, "n_kept": len(kept)})
-        if min(len(kept), len(retr)) < MIN_SIDE * len(rows):
-            continue
-        if gap is None or acc_k - acc_r > gap[1]:
-            gap = (d, acc_k - acc_r)
-        if 1 - acc_k < PAPER_KEPT_WRONG:
-            paper = d
-    return {"table": table, "gap": gap[0] if gap else None, "gap_points": 100 * gap[1] if gap else None,
-            "paper": paper, "n": len(rows), "n_right": sum(ok for _, ok in rows),
-            "min": scores[0], "median": scores[len(scores) // 2], "max": scores[-1]}
-
+# Threshold calibration, not part of the method: `python seakr.py --calibrate` answers and scores; the
+# table that picks delta from its file (paper 5.3: delta searched on a sample of NQ questions) is
+# analysis.py's
 
 def uncertainty_baselines(c: Call) -> dict:
     """The simpler estimators SeaKR's ablation compares with the eigen score (paper 5.1, "Ablating
@@ -740,11 +661,12 @@ def uncertainty_baselines(c: Call) -> dict:
 
 
 def calibrate(model, tok, args, records: list[dict], s: Settings) -> dict:
-    """Answer each question directly (simple-QA prompt, no passages) and print threshold_table: per
-    candidate threshold, the retrieval rate and the no-retrieval accuracy on each side, and the deltas
-    our rule and the paper's condition recommend. The answers go through common.run, so a calibration
-    file is an ordinary run file (resumable, its settings beside it; `--output`): each row's trace
-    holds the eigen score ("score") and uncertainty_baselines, for `python eval.py signals FILE`."""
+    """Answer each question directly (simple-QA prompt, no passages), for paper 5.3's search of delta:
+    `python analysis.py calibration FILE` prints per candidate threshold the retrieval rate and the
+    no-retrieval accuracy on each side, and the deltas our rule and the paper's condition recommend.
+    The answers go through common.run, so a calibration file is an ordinary run file (resumable, its
+    settings beside it; `--output`): each row's trace holds the eigen score ("score") and
+    uncertainty_baselines, for `python eval.py signals FILE`. Returns common.run's summary."""
     prefix = load_exemplars("simpleqa")
 
     def solve(rec):
@@ -753,36 +675,7 @@ def calibrate(model, tok, args, records: list[dict], s: Settings) -> dict:
         return {"prediction": answer or "", "retrievals": 0, "model_calls": budget.calls,
                 "trace": {"direct": c.text, "score": _num(c.score), **uncertainty_baselines(c)}}
 
-    summary = common.run(args, "seakr-calibrate", solve, records)
-    return print_calibration(summary["output"], records)
-
-
-def calibration_pairs(rows: list[dict], ids=None) -> list[tuple[float, bool]]:
-    """(eigen score, answered right) of each calibration row with a finite score (of `ids` if given):
-    what threshold_table reads; right = a gold answer contained in the direct answer."""
-    return [(r["trace"]["score"], bool(metrics.accuracy(r["prediction"], r["answers"]))) for r in rows
-            if (ids is None or r["id"] in ids) and "error" not in r and isinstance(r.get("trace"), dict)
-            and r["trace"].get("score") is not None]
-
-
-def print_calibration(output, records: list[dict]) -> dict:
-    """threshold_table over the questions of `records` in a calibration file, printed."""
-    rows = calibration_pairs(metrics.read_rows(output), {r["id"] for r in records})
-    if not rows:
-        raise common.InputError("no question gave a finite score; nothing to calibrate")
-    t = threshold_table(rows)
-    print(f"{'delta':>8} {'retrieve%':>9} {'acc kept':>9} {'acc retr':>9} {'n kept':>7}")
-    for r in t["table"]:
-        print(f"{r['delta']:8.2f} {100 * r['retrieval_rate']:9.1f} {100 * r['acc_kept']:9.1f} "
-              f"{100 * r['acc_retrieved']:9.1f} {r['n_kept']:7d}")
-    print(f"scores: min {t['min']:.3f}, median {t['median']:.3f}, max {t['max']:.3f} over {t['n']} questions, "
-          f"{t['n_right']} answered right without retrieval")
-    print("our rule (largest accuracy gap kept - retrieved): "
-          + (f"--threshold {t['gap']} ({t['gap_points']:.1f} points)" if t["gap"] is not None else "no candidate"))
-    print("paper 5.3 (kept questions under 80% wrong): "
-          + (f"--threshold {t['paper']}" if t["paper"] is not None else
-             "no candidate: the model answers too few right unaided; retrieve (nearly) always"))
-    return t
+    return common.run(args, "seakr-calibrate", solve, records)
 
 
 if __name__ == "__main__":

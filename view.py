@@ -5,7 +5,7 @@
 Reads the JSON lines that seakr.py, ctrla.py and rowen.py write (common.run: prediction, gold answers,
 the method's trace) and, beside each file, <run>.settings.json, <run>.summary.json and, in a results
 folder, benchmarks/run_all.py's figures.json (the answers its table reads again) and a CtrlA run's
-<run>.forced.jsonl (the forced answers of its multi-hop chains: ctrla.py --force-answers). Writes one HTML
+<run>.forced.jsonl (the forced answers of its multi-hop chains: benchmarks/force_answers.py). Writes one HTML
 file with its CSS and SVG inline and no script, font or image from anywhere else, so it opens offline
 from a file:// URL. At the top each run's settings and summary; then the questions, right or wrong,
 with a filter (wrong only, retrieved only, where the runs differ); each question expands to:
@@ -97,7 +97,7 @@ def load_run(path: Path) -> dict:
     why = "cut where they run on, as today's seakr.py cuts them"
     reread = figures.get("reread", {}) if isinstance(figures, dict) else {}
     reread = reread.get(path.stem) if isinstance(reread, dict) else None
-    side = path.with_name(path.stem + ".forced.jsonl")     # ctrla.py --force-answers, beside a CtrlA run
+    side = path.with_name(path.stem + ".forced.jsonl")     # benchmarks/force_answers.py, beside a CtrlA run
     if side.exists():
         try:
             forced = {str(f.get("id")): f.get("forced") for f in metrics.read_rows(side)}

@@ -7,7 +7,7 @@
 #   source .venv/bin/activate && cd ../wt-runs && bash ../main/benchmarks/baseline_plan.sh
 #
 # SeaKR's delta D comes from item 1's file: the paper's 5.3 condition where it is met, else our rule
-# (seakr.threshold_table, as for SmolLM2). D2, the second SeaKR run, comes from the first run's own
+# (analysis.threshold_table, as for SmolLM2). D2, the second SeaKR run, comes from the first run's own
 # eigen scores (no answer read): a HotpotQA reasoning step scores lower than an NQ direct answer, so an
 # NQ quantile says little about how often a HotpotQA step retrieves; D2 keeps half as many questions from
 # retrieving at their first step as D does, a point between D and retrieving at every step. Item 4 stops
@@ -65,7 +65,7 @@ python benchmarks/run_all.py --data "$H" --limit 50 --model $M --out results/hot
 # computed by main's ctrla.py (the pinned one predates it) into a side file beside each run file, which the
 # table reads with it (resumes; a run whose chains are all done loads no model)
 for run in ctrla ctrla-never ctrla-always; do
-    python "$(dirname "$0")/../ctrla.py" --force-answers results/hotpotqa50-$M/$run.jsonl --model $M "${K[@]}"
+    python "$(dirname "$0")/force_answers.py" results/hotpotqa50-$M/$run.jsonl --model $M "${K[@]}"
 done
 python benchmarks/run_all.py --data $R/ctrla/popqa_longtail.jsonl --limit 100 --model $M \
     --out results/popqa100-$M --runs ctrla-monitor-only --cache "$CACHE" -- --dtype float32 --linear onednn \
@@ -110,7 +110,7 @@ python benchmarks/run_all.py --data "$H" --limit 50 --model $M --out results/hot
     --runs ctrla-monitor-only --cache "$CACHE" -- --dtype float32 --linear onednn --directions $F
 # its chains' forced answers (the never run's chains, so the call cache serves them), which the table's
 # signal reads as each chain's answer (a whole chain holds the gold answer more often than it gives it)
-python "$(dirname "$0")/../ctrla.py" --force-answers results/hotpotqa50-monitor-$M/ctrla-monitor-only.jsonl \
+python "$(dirname "$0")/force_answers.py" results/hotpotqa50-monitor-$M/ctrla-monitor-only.jsonl \
     --model $M "${K[@]}"
 
 # 5. 2WikiMultihopQA, first 50 dev questions, BM25 over their own paragraphs pooled (446 passages): items 2
@@ -126,7 +126,7 @@ python benchmarks/run_all.py --data "$W" --limit 50 --model $M --out $O --deltas
 python benchmarks/run_all.py --data "$W" --limit 50 --model $M --out $O \
     --runs ctrla ctrla-never ctrla-always --cache "$CACHE" -- --dtype float32 --linear onednn --directions $F
 for run in ctrla ctrla-never ctrla-always; do
-    python "$(dirname "$0")/../ctrla.py" --force-answers $O/$run.jsonl --model $M "${K[@]}"
+    python "$(dirname "$0")/force_answers.py" $O/$run.jsonl --model $M "${K[@]}"
 done
 python benchmarks/run_all.py --data "$W" --limit 50 --model $M --out $O --deltas "$D" --taus \
     --runs seakr-no-sa-retrieval --cache "$CACHE" -- --dtype float32 --linear onednn

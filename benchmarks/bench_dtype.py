@@ -8,7 +8,7 @@ both precisions, one after the other in this process: prefill (`--prompt` tokens
 SeaKR's decoding step (`--rows` rows: 1 greedy + 20 samples). --generate also loads the model in each
 precision and times one greedy answer. Prints the CPU, the flags --dtype auto looks at, what it would
 choose, TFLOP/s per shape and precision, and bfloat16's speed-up (> 1: bfloat16 faster). --int8 adds
-the int8 linear layers of --dtype int8 (common.quantize_int8: int8 weights per channel, activations
+the int8 linear layers of --dtype int8 (models.quantize_int8: int8 weights per channel, activations
 quantised per call; CPU only; it costs the model its closed-book knowledge, see there). Set
 OMP_NUM_THREADS to choose the threads.
 """
@@ -26,6 +26,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import common  # noqa: E402
+import models  # noqa: E402
 
 
 def layer_shapes(cfg) -> list[tuple[str, int, int]]:
@@ -57,11 +58,11 @@ def time_products(shapes, tokens: int, dtype, device: str, min_s: float = 1.0) -
 
 
 def time_int8(shapes, tokens: int, min_s: float = 1.0) -> float:
-    """TFLOP/s of the linear layers --dtype int8 makes (common.quantize_int8) for the same shapes."""
+    """TFLOP/s of the linear layers --dtype int8 makes (models.quantize_int8) for the same shapes."""
     torch.manual_seed(0)
     layers = [torch.nn.Sequential(torch.nn.Linear(i, o, bias=False)) for _, i, o in shapes]
     for lin in layers:
-        common.quantize_int8(lin)
+        models.quantize_int8(lin)
     xs = [torch.randn(tokens, i) for _, i, _ in shapes]
     flops = sum(2 * tokens * i * o for _, i, o in shapes)
     with torch.no_grad():
@@ -102,16 +103,16 @@ def main():
     path = common.model_path(a.model)
     cfg = AutoConfig.from_pretrained(path)
     shapes = layer_shapes(cfg)
-    flags = common.cpu_flags() if a.device == "cpu" else ""
-    auto, why = common.choose_dtype(a.device, flags)
+    flags = models.cpu_flags() if a.device == "cpu" else ""
+    auto, why = models.choose_dtype(a.device, flags)
     seen = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
             if f in flags.split()]
-    print(f"CPU: {common.cpu_name()}; flags: {' '.join(seen) or 'none of avx2/avx512/amx'}; "
+    print(f"CPU: {models.cpu_name()}; flags: {' '.join(seen) or 'none of avx2/avx512/amx'}; "
           f"threads: {torch.get_num_threads()} (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})")
     print(f"--dtype auto would choose {auto} ({why})")
     print(f"model {a.model}: hidden {cfg.hidden_size}, intermediate {cfg.intermediate_size}, "
           f"{cfg.num_hidden_layers} layers")
-    fig = {"cpu": common.cpu_name(), "auto": auto, "model": a.model}
+    fig = {"cpu": models.cpu_name(), "auto": auto, "model": a.model}
     print(f"{'shape':22} {'float32':>9} {'bfloat16':>9} {'bf16/fp32':>10}"
           + (f" {'int8':>9} {'int8/fp32':>10}" if a.int8 else "") + "   (TFLOP/s)")
     for name, tokens in (("prefill", a.prompt), ("decode", a.rows)):

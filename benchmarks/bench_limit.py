@@ -12,7 +12,7 @@ feature extraction are not counted). Then, in the same process:
 - the same products timed alone: each (weight shape, rows) the run multiplied, through the run's own
   linear modules, one pass over all modules of that shape (cold weights, as in a step), times the
   number of such products in the run;
-- the machine's rates, each kernel (plain: nn.Linear's, MKL for float32; onednn: common.OneDNNLinear)
+- the machine's rates, each kernel (plain: nn.Linear's, MKL for float32; onednn: models.OneDNNLinear)
   on copies of one decoder layer's weights filling at least 256 MB: the GEMM rate at the decode shape
   (--rows), the prefill shape (--prefill) and a large one (--large); the weight-streaming rate (one row
   through every copy, and a plain sum over them);
@@ -48,6 +48,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import common  # noqa: E402
+import models  # noqa: E402
 
 DEMO = {"seakr": "hotpotqa", "ctrla": "popqa", "rowen": "truthfulqa"}   # each method's demo set
 RATE_BYTES = 2 ** 28     # weights behind each rate: far more than any cache, so they stream from memory
@@ -84,7 +85,7 @@ def rows_histogram(steps: list[dict], gemm_rate: float, stream_rate: float) -> d
 # Recording the run: hooks on every model loaded and on each of its linear layers
 
 def linear_modules(model) -> list:
-    """The model's linear layers: nn.Linear, common.OneDNNLinear, int8 dynamic ones (anything with
+    """The model's linear layers: nn.Linear, models.OneDNNLinear, int8 dynamic ones (anything with
     in_features and out_features)."""
     return [m for m in model.modules() if hasattr(m, "in_features") and hasattr(m, "out_features")]
 
@@ -227,7 +228,7 @@ def kernels_for(dtype: torch.dtype) -> list[str]:
     """The kernels that run this precision here: plain always, onednn where torch has it."""
     name = str(dtype).removeprefix("torch.")
     try:
-        common.resolve_linear("onednn", "cpu", name)
+        models.resolve_linear("onednn", "cpu", name)
         return ["plain", "onednn"]
     except common.InputError:
         return ["plain"]
@@ -240,7 +241,7 @@ def make_layers(shapes: list[tuple[int, int]], dtype, kernel: str, min_bytes: in
     while size < min_bytes or not layers:
         for n_in, n_out in shapes:
             lin = torch.nn.Linear(n_in, n_out, bias=False, dtype=dtype)
-            layers.append(common.OneDNNLinear(lin) if kernel == "onednn" else lin)
+            layers.append(models.OneDNNLinear(lin) if kernel == "onednn" else lin)
             size += n_in * n_out * lin.weight.element_size()
     return layers
 
@@ -322,7 +323,7 @@ def products_table(cfg, dtypes: list[str], rows_list: list[int], prefill: int, r
 
 def _why_not_onednn(dtype: str) -> str:
     try:
-        common.resolve_linear("onednn", "cpu", dtype)
+        models.resolve_linear("onednn", "cpu", dtype)
         return ""
     except common.InputError as e:
         return str(e)
@@ -393,7 +394,7 @@ def main():
     p.add_argument("--repeats", type=int, default=3, help="timed passes per rate (medians)")
     a, rest = p.parse_known_args()
     rest = [x for x in rest if x != "--"]
-    cpu = common.cpu_name()
+    cpu = models.cpu_name()
     print(f"CPU: {cpu}; threads: {torch.get_num_threads()} (OMP_NUM_THREADS="
           f"{os.environ.get('OMP_NUM_THREADS', 'unset')}); load average {os.getloadavg()[0]:.2f}", flush=True)
     from transformers import AutoConfig
@@ -409,8 +410,8 @@ def main():
         return
     if not a.method:
         p.error("pass --method (or --products)")
-    dtype = common.resolve_dtype(a.dtype, "cpu")[0]
-    linear = common.resolve_linear(a.linear, "cpu", dtype)[0]
+    dtype = models.resolve_dtype(a.dtype, "cpu")[0]
+    linear = models.resolve_linear(a.linear, "cpu", dtype)[0]
     argv = ["--model", a.model, "--limit", str(a.limit), "--dtype", a.dtype, "--device", "cpu",
             "--linear", a.linear] + rest
     print(f"{a.method} {' '.join(argv)}", flush=True)

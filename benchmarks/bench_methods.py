@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import common  # noqa: E402
 import eval as eval_metrics  # noqa: E402
+import models  # noqa: E402
 DEMO = {"seakr": "hotpotqa", "ctrla": "popqa", "rowen": "truthfulqa"}   # each method's demo set
 
 
@@ -185,7 +186,7 @@ def main():
                          + "  " + ", ".join(f"{n}: predictions {same[n][0]}/{len(ref)}, traces "
                                             f"{same[n][1]}/{len(ref)}" for n in same)
                          + "  ".join(f"{n}: {chose[n] or 'as given'}" for n in chose if a.models))
-    print(f"CPU: {common.cpu_name()}")
+    print(f"CPU: {models.cpu_name()}")
     for m, f in figures.get("load", {}).items():
         print(f"load {m}: {f['load_s']} s (after {f['import_s']} s of imports; weights memory-mapped)")
     print(f"threads: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; seconds per question "

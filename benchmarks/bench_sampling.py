@@ -11,7 +11,7 @@ Times, side by side in one process and alternating within each repeat (the media
   transformers' own cache); it draws the same samples as ours in float32 (checked: same_as_reference;
   in bfloat16 on a GPU batched and single-row products round differently, and so do the samples);
 - greedy: one greedy generation of the same prompt and length (common.greedy);
-- copied (on a GPU): ours with one copy of the prompt's KV cache per row (common.SHARE_PROMPT off), the
+- copied (on a GPU): ours with one copy of the prompt's KV cache per row (speed.SHARE_PROMPT off), the
   layout the shared copy replaces; on an H100 it was faster in bfloat16 and slower in float32
   (benchmarks/README.md), so the choice is measured here wherever a GPU is at hand.
 Sampling settings are SeaKR's (temperature 1.0, top-k 50, top-p 0.9). The prompt is SeaKR's few-shot
@@ -37,6 +37,7 @@ import torch  # noqa: E402
 
 import common  # noqa: E402
 import seakr  # noqa: E402
+import speed  # noqa: E402
 
 
 def long_prompt(tok, n_tokens: int) -> str:
@@ -55,7 +56,7 @@ def timed(fn):
 
 
 def run_ours(model, tok, prompt, a):
-    common.forget_prefix()
+    speed.forget_prefix()
     return common.sample(model, tok, prompt, a.k, temperature=1.0, top_k=50, top_p=0.9,
                          max_new_tokens=a.new, seed=0)
 
@@ -112,7 +113,7 @@ def main():
         return [int((row[n_prompt:] != tok.pad_token_id).sum()) for row in out]
 
     def greedy():
-        common.forget_prefix()
+        speed.forget_prefix()
         return [len(common.greedy(model, tok, prompt, max_new_tokens=a.new).token_ids)]
 
     def ours():
@@ -122,11 +123,11 @@ def main():
         return [len(g.token_ids) for g in run_reference(model, tok, prompt, a)]
 
     def copied():
-        common.SHARE_PROMPT = False
+        speed.SHARE_PROMPT = False
         try:
             return ours()
         finally:
-            common.SHARE_PROMPT = True
+            speed.SHARE_PROMPT = True
 
     runs = {"generate": hf_generate, "ours": ours, "reference": reference, "greedy": greedy}
     if cuda:

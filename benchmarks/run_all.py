@@ -11,11 +11,11 @@ log in OUT/NAME.log; a run already complete is skipped, a partial one resumes):
 - CtrlA at its default tau, at the --taus, never and always retrieving;
 - named with --runs only, for the signals (eval.signals): seakr-calibrate (seakr.py --calibrate),
   ctrla-monitor-only, rowen-hybrid-never (Z recorded, no retrieval);
-- Rowen once with --mode hybrid --always-retrieve: it computes Z_CL and Z_CM and repairs every answer,
+- Rowen once with --mode hybrid --retrieve always: it computes Z_CL and Z_CM and repairs every answer,
   so Rowen-CL, -CM, -Hybrid at any threshold (the default, rowen.THRESHOLDS, and the --zs) and never-retrieve are
-  re-read from that one run (rowen.at_threshold: the predictions a run of that mode and threshold
+  re-read from that one run (analysis.at_threshold: the predictions a run of that mode and threshold
   gives; calls and seconds stay the hybrid run's).
-Every run shares one call cache (--cache, default outputs/call-cache; common.through_cache): a model call
+Every run shares one call cache (--cache, default outputs/call-cache; speed.through_cache): a model call
 whose inputs all equal one an earlier run made is served from it, so a threshold sweep or an ablation
 computes only the calls that differ from the runs already made, and each file is the one a run without
 the cache writes. --no-cache turns it off.
@@ -27,7 +27,7 @@ signal's AUROC against wrong answers: eval.signals; with a SeaKR run and CoT's (
 never run), SeaKR's eigen score of each question's first step (CtrlA's monitor over its first segment)
 against the unaided run's wrong answers and against where retrieving at every step helps:
 eval.step_signals; and from a seakr-calibrate file, SeaKR's threshold
-by the paper's 5.3 rule and ours: seakr.threshold_table), OUT/figures.json and, if matplotlib is installed (an optional dependency of this command only),
+by the paper's 5.3 rule and ours: analysis.threshold_table), OUT/figures.json and, if matplotlib is installed (an optional dependency of this command only),
 OUT/f1_vs_retrieval.png: F1 against retrieval rate (acc_vs_retrieval.png for StrategyQA's accuracy), one line
 per method through its thresholds, its baselines as named squares. SeaKR's answers (its baselines' too) are read again as the
 official code reads them (eval.reread_seakr: runs before the official reading read them to a sentence end); the table
@@ -35,7 +35,7 @@ says how many changed and where the official reading would have taken another co
 figures.json holds the changed answers (its "reread"), which view.py shows; every EM/F1 run is also read under
 that one rule, CtrlA's too (one_rule), and the reading across methods comes from that table. A CtrlA
 run's multi-hop chains that name no answer take the forced answers of its side file, NAME.forced.jsonl
-(`ctrla.py --force-answers`, for runs made before ctrla.py forced them itself; eval.with_forced): the
+(`benchmarks/force_answers.py`, for runs made before ctrla.py forced them itself; eval.with_forced): the
 table says how many, figures.json holds the counts ("forced") and the changed answers
 ("forced_answers"), which view.py shows. A run file with fewer questions than the directory's longest (a
 run still going) is left out of all of it and named under the table (figures.json: "in_progress").
@@ -78,9 +78,9 @@ def runs(a) -> dict:
                                     "SeaKR - S.A. Retrieval (ablation: retrieve every step)")
     out["ctrla"] = ("ctrla.py", [], "CtrlA", "CtrlA (default tau)")
     out.update({f"ctrla-tau{t:g}": ("ctrla.py", ["--tau", f"{t:g}"], "CtrlA", f"CtrlA, tau {t:g}") for t in a.taus})
-    out["ctrla-never"] = ("ctrla.py", ["--never-retrieve"], "CtrlA", "CtrlA, never retrieve")
-    out["ctrla-always"] = ("ctrla.py", ["--always-retrieve"], "CtrlA", "CtrlA, always retrieve")
-    out[HYBRID] = ("rowen.py", ["--mode", "hybrid", "--always-retrieve"], "Rowen", "Rowen, always retrieve")
+    out["ctrla-never"] = ("ctrla.py", ["--retrieve", "never"], "CtrlA", "CtrlA, never retrieve")
+    out["ctrla-always"] = ("ctrla.py", ["--retrieve", "always"], "CtrlA", "CtrlA, always retrieve")
+    out[HYBRID] = ("rowen.py", ["--mode", "hybrid", "--retrieve", "always"], "Rowen", "Rowen, always retrieve")
     out = {n: v for n, v in out.items() if n in a.runs or a.runs == ["all"]}
     out.update({n: v for n, v in SIGNAL_RUNS.items() if n in a.runs})   # only when named
     return out
@@ -90,8 +90,8 @@ def runs(a) -> dict:
 # "all", named with --runs on a question file of their own (README: Results).
 SIGNAL_RUNS = {
     "seakr-calibrate": ("seakr.py", ["--calibrate"], "SeaKR", "SeaKR direct answers with U (--calibrate)"),
-    "ctrla-monitor-only": ("ctrla.py", ["--monitor-only"], "CtrlA", "CtrlA, never retrieve, monitor recorded"),
-    "rowen-hybrid-never": ("rowen.py", ["--mode", "hybrid", "--never-retrieve"], "Rowen",
+    "ctrla-monitor-only": ("ctrla.py", ["--retrieve", "monitor-only"], "CtrlA", "CtrlA, never retrieve, monitor recorded"),
+    "rowen-hybrid-never": ("rowen.py", ["--mode", "hybrid", "--retrieve", "never"], "Rowen",
                            "Rowen, never retrieve (Z recorded)"),
 }
 
@@ -211,7 +211,8 @@ def table_rows(a, reread: dict | None = None, course: dict | None = None,
     runs over the same questions. A CtrlA run's multi-hop chains that name no answer take the forced
     answers of its side file (eval.with_forced); `forced` gets (rows that took one, rows still without,
     {id: the answer it changed to}) per CtrlA run that has such chains."""
-    import rowen  # here, not at the top: it imports torch through common
+    import analysis  # here, not at the top: it imports torch through common
+    import rowen
     out = []
     named = {**runs(a), **SIGNAL_RUNS, **{n: ("seakr.py", None, m, label) for n, (m, label) in LEGACY.items()}}
     found = {name: metrics.read_rows(a.out / f"{name}.jsonl") for name in named if (a.out / f"{name}.jsonl").exists()}
@@ -234,18 +235,18 @@ def table_rows(a, reread: dict | None = None, course: dict | None = None,
         if name != HYBRID:
             out.append((name, method, label, rows))
             continue
-        pair = rowen.run_models(a.out / f"{name}.jsonl")     # the (M, M_V) whose default thresholds apply
-        task = rowen.rows_task(rows)                          # and the task: each has its own
-        modes = rowen.modes_from_run(rows, *pair)
+        pair = analysis.run_models(a.out / f"{name}.jsonl")  # the (M, M_V) whose default thresholds apply
+        task = analysis.rows_task(rows)                       # and the task: each has its own
+        modes = analysis.modes_from_run(rows, *pair)
         out += [(f"rowen-{m}", method, f"Rowen-{m.upper() if m != 'hybrid' else 'Hybrid'} (threshold "
                  f"{rowen.default_threshold(m, *pair, task):g})", modes[m]) for m in ("hybrid", "cl", "cm")]
         zs = list(a.zs)
-        if (cal := rowen.rate_calibration(rows)) is not None and cal["threshold"] not in zs + [
+        if (cal := analysis.rate_calibration(rows)) is not None and cal["threshold"] not in zs + [
                 rowen.default_threshold("hybrid", *pair, task)]:
             zs.append(cal["threshold"])     # this run's own Z at the paper's rate (no answer read)
         out += [(f"rowen-hybrid-t{t:g}", method, f"Rowen-Hybrid, threshold {t:g}"
                  + (" (the paper's retrieval rate on these Z)" if cal and t == cal["threshold"] else ""),
-                 rowen.at_threshold(rows, "hybrid", t)) for t in zs]
+                 analysis.at_threshold(rows, "hybrid", t)) for t in zs]
         out += [("rowen-never", method, "Rowen, never retrieve", modes["never"]), (name, method, label, rows)]
     return [(name, method, label, metrics.summarize(rows), rows) for name, method, label, rows in out]
 
@@ -337,7 +338,7 @@ def code_ids(settings: dict) -> dict:
 
 def file_id_at(commit: str, name: str, known: dict) -> str | None:
     """How a run's settings name the project file `name` as it was at `commit` (its size and the start of its
-    sha256, common._file_id), from git; None where git or the file at that commit is not there."""
+    sha256, speed.file_id), from git; None where git or the file at that commit is not there."""
     if (commit, name) not in known:
         found = subprocess.run(["git", "show", f"{commit}:{name}"], cwd=ROOT, capture_output=True)
         data = found.stdout if found.returncode == 0 else None
@@ -416,14 +417,14 @@ def step_signal_text(method: str, name: str, found: dict) -> str:
 
 
 def calibration(out: Path) -> dict | None:
-    """SeaKR's threshold rules (seakr.threshold_table) over OUT/seakr-calibrate.jsonl, if present: each
-    direct answer's eigen score against whether it holds a gold answer (as `seakr.py --calibrate`)."""
-    import seakr  # here, not at the top: it imports torch through common
+    """SeaKR's threshold rules (analysis.threshold_table) over OUT/seakr-calibrate.jsonl, if present: each
+    direct answer's eigen score against whether it holds a gold answer (as `analysis.py calibration`)."""
+    import analysis  # here, not at the top: it imports torch through common
     path = out / "seakr-calibrate.jsonl"
     if not path.exists():
         return None
-    pairs = seakr.calibration_pairs(metrics.read_rows(path))
-    return seakr.threshold_table(pairs) if pairs else None
+    pairs = analysis.calibration_pairs(metrics.read_rows(path))
+    return analysis.threshold_table(pairs) if pairs else None
 
 
 def calibration_text(t: dict) -> str:
@@ -445,19 +446,19 @@ def calibration_text(t: dict) -> str:
 def rowen_rates(files: dict) -> dict:
     """For the Rowen runs among {name: rows} that record Z over a task's questions (rowen-hybrid-never and
     rowen-hybrid-always): the hybrid threshold at the paper's retrieval rate for the task
-    (rowen.rate_calibration; Z alone, no answer read)."""
-    import rowen  # here, not at the top: it imports torch through common
+    (analysis.rate_calibration; Z alone, no answer read)."""
+    import analysis  # here, not at the top: it imports torch through common
     out = {}
     for name, rows in files.items():
-        if name in ("rowen-hybrid-never", HYBRID) and (cal := rowen.rate_calibration(rows)) is not None:
+        if name in ("rowen-hybrid-never", HYBRID) and (cal := analysis.rate_calibration(rows)) is not None:
             out[name] = cal
     return out
 
 
 def rowen_rate_text(cal: dict) -> str:
-    """rowen.rate_text, then each candidate threshold with its retrieval rate, in markdown."""
-    import rowen
-    return (rowen.rate_text(cal) + ". Retrieve iff Z < threshold.\n\n| threshold | retrieval rate |\n|---:|---:|\n"
+    """analysis.rate_text, then each candidate threshold with its retrieval rate, in markdown."""
+    import analysis
+    return (analysis.rate_text(cal) + ". Retrieve iff Z < threshold.\n\n| threshold | retrieval rate |\n|---:|---:|\n"
             + "\n".join(f"| {t:g} | {100 * r:.1f} |" for t, r in cal["table"]))
 
 
@@ -646,8 +647,8 @@ def main(argv=None):
         n = {name: s["n"] for name, _, _, s, _ in rows}
         parts.append("CtrlA's multi-hop chains that name no answer (\"the answer is\") take DRAGIN's forced answer "
                      "(ctrla.force_answer: the chain, \" So the answer is\" and 20 greedy tokens, as the evaluation "
-                     "the paper follows does), computed after the run into a side file beside it (`python ctrla.py "
-                     "--force-answers RUN.jsonl`, same model and precision; its call and seconds are added to the row): "
+                     "the paper follows does), computed after the run into a side file beside it (`python "
+                     "benchmarks/force_answers.py RUN.jsonl`, same model and precision; its call and seconds are added to the row): "
                      + ", ".join(f"{name} {k} of {n[name]}" + (f" ({left} still without one)" if left else "")
                                  for name, (k, left, _) in forced.items())
                      + "; the run files keep their answers as run.")

@@ -38,8 +38,8 @@ def make_model(vocab_size, seed=0, layers=4):
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                       initializer_range=0.2, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     model = LlamaForCausalLM(cfg).eval()
-    import common
-    common.use_grouped_attention(model)      # as load_model does
+    import speed
+    speed.use_grouped_attention(model)      # as load_model does
     return model
 
 

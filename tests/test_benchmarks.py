@@ -1,5 +1,6 @@
 """The benchmarks' default inputs are where `make data` puts them."""
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -47,10 +48,10 @@ def test_bench_limit_arithmetic_by_hand():
 def test_bench_limit_weight_bytes_and_shapes():
     import torch
     bl = load("bench_limit")
-    import common
+    import models
     lin = torch.nn.Linear(8, 4)
     assert bl.weight_bytes(lin) == (8 * 4 + 4) * 4
-    assert bl.weight_bytes(common.OneDNNLinear(lin)) == (8 * 4 + 4) * 4
+    assert bl.weight_bytes(models.OneDNNLinear(lin)) == (8 * 4 + 4) * 4
     assert bl.weight_bytes(torch.nn.Linear(8, 4, bias=False, dtype=torch.bfloat16)) == 8 * 4 * 2
     from types import SimpleNamespace
     cfg = SimpleNamespace(hidden_size=1536, intermediate_size=8960, num_attention_heads=12, num_key_value_heads=2,
@@ -93,3 +94,47 @@ def test_gpu_path_reads_back_the_last_figures_of_a_step_and_a_run_row(tmp_path):
     assert row == {"id": "q1", "seconds": 27.0, "retrievals": 1, "model_calls": 9, "prediction": "a" * 120}
     run.write_text("")
     assert gp.run_row(run) == {}
+
+
+# ---------------------------------------------------------------- force_answers.py: CtrlA runs made before it forced
+
+def mh_row(qid, answer, task="hotpotqa"):
+    return {"id": qid, "question": "Q?", "answers": ["C"], "prediction": answer.strip(), "retrievals": 0,
+            "model_calls": 3, "seconds": 10.0, "trace": {"task": task, "answer": answer}}
+
+
+def test_force_answers_writes_a_side_file_and_resumes(tmp_path, monkeypatch):
+    run_file = tmp_path / "ctrla.jsonl"
+    run_file.write_text("".join(json.dumps(r) + "\n" for r in
+                                [mh_row("1", "A is B."), mh_row("2", "So the answer is E."), mh_row("3", "G.")]))
+    (tmp_path / "ctrla.settings.json").write_text(json.dumps({"--model": "smollm2-135m"}))
+    fa = load("force_answers")
+    loads, forced = [], []
+    monkeypatch.setattr(fa.common, "load_model", lambda *a, **k: loads.append(a) or (None, None))
+    monkeypatch.setattr(fa.ctrla, "force_answer", lambda m, t, task, q, text: forced.append(text) or " C.")
+    argv = [str(run_file), "--model", "smollm2-135m", "--dtype", "float32"]
+    fa.main(argv)
+    side = [json.loads(line) for line in (tmp_path / "ctrla.forced.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["forced"]) for r in side] == [("1", " C."), ("3", " C.")] and forced == ["A is B.", "G."]
+    settings = json.loads((tmp_path / "ctrla.forced.settings.json").read_text())     # the side file's own
+    assert settings["--model"] == "smollm2-135m" and settings["method code"].startswith("ctrla.py, ")
+    assert {"common.py code", "eval.py code"} <= set(settings)
+    (tmp_path / "ctrla.forced.jsonl").write_text(json.dumps(side[0]) + "\n")    # one row left to force, but
+    with pytest.raises(fa.InputError, match="computed with --dtype = float32, this run has bfloat16"):
+        fa.main(argv[:-1] + ["bfloat16"])                                   # in another precision: refused
+    fa.main(argv)
+    assert len(loads) == 2 and forced[-1] == "G."
+    fa.main(argv)                                   # all there: no model loaded, nothing written
+    assert len(loads) == 2 and len((tmp_path / "ctrla.forced.jsonl").read_text().splitlines()) == 2
+    with pytest.raises(fa.InputError, match="the run's model is smollm2-135m; pass --model smollm2-135m"):
+        fa.main([str(run_file), "--model", "qwen2.5-coder-0.5b"])
+    with pytest.raises(fa.InputError, match="no such file"):
+        fa.main([str(tmp_path / "none.jsonl")])
+    (tmp_path / "seakr.jsonl").write_text(json.dumps({"id": "1", "prediction": "x"}) + "\n")
+    with pytest.raises(fa.InputError, match="not a CtrlA run file"):
+        fa.main([str(tmp_path / "seakr.jsonl")])
+    for bad, says in (('{"--model": "smollm2', "cannot read"), ('["--model"]', "not a run's settings")):
+        (tmp_path / "ctrla.settings.json").write_text(bad)      # a damaged settings file: one line, no model
+        with pytest.raises(fa.InputError, match=says):
+            fa.main(argv)
+    assert len(loads) == 2

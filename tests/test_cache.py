@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import common
+import speed
 import ctrla
 import seakr
 from conftest import make_model, make_tokenizer
@@ -19,11 +20,11 @@ PROMPT = "Question: what is the capital of France?\nAnswer:"
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     """The call cache on, in tmp_path, from a fresh prefix cache (as a new process starts)."""
-    monkeypatch.setattr(common, "CALL_CACHE", tmp_path / "calls")
-    monkeypatch.setattr(common, "CACHE_STATS", {"served": 0, "computed": 0, "bypassed": 0})
-    common.forget_prefix()
+    monkeypatch.setattr(speed, "CALL_CACHE", tmp_path / "calls")
+    monkeypatch.setattr(speed, "CACHE_STATS", {"served": 0, "computed": 0, "bypassed": 0})
+    speed.forget_prefix()
     yield tmp_path / "calls"
-    common.forget_prefix()
+    speed.forget_prefix()
 
 
 def same(a, b):
@@ -34,7 +35,7 @@ def same(a, b):
 
 def model_refused(monkeypatch):
     """Any model forward fails from here on: what follows must be served."""
-    monkeypatch.setattr(common, "_prefill", lambda *a, **k: pytest.fail("the model ran"))
+    monkeypatch.setattr(speed, "_prefill", lambda *a, **k: pytest.fail("the model ran"))
     monkeypatch.setattr(common, "reference", lambda *a, **k: pytest.fail("the model ran"))
 
 
@@ -46,9 +47,9 @@ def test_a_stored_call_is_returned_exactly_and_runs_no_model(tiny, cache, monkey
     samples = common.sample_many(model, tok, [PROMPT, PROMPT + " P"], 3, seeds=[5, 6], **kw)
     batch = common.greedy(model, tok, [PROMPT, "Question: who?"], max_new_tokens=10, hidden_module=mlp)
     one = common.greedy(model, tok, PROMPT, max_new_tokens=10)
-    assert common.CACHE_STATS == {"served": 0, "computed": 3, "bypassed": 0}
+    assert speed.CACHE_STATS == {"served": 0, "computed": 3, "bypassed": 0}
     assert len(list(cache.rglob("*.pt"))) == 3 and not list(cache.rglob("*.tmp"))
-    common.forget_prefix()
+    speed.forget_prefix()
     model_refused(monkeypatch)
     again = common.sample_many(model, tok, [PROMPT, PROMPT + " P"], 3, seeds=[5, 6], **kw)
     assert all(same(a, b) for p, q in zip(samples, again) for a, b in zip(p, q))
@@ -57,7 +58,7 @@ def test_a_stored_call_is_returned_exactly_and_runs_no_model(tiny, cache, monkey
     assert all(same(a, b) for a, b in zip(batch, common.greedy(model, tok, [PROMPT, "Question: who?"],
                                                                 max_new_tokens=10, hidden_module=mlp)))
     assert same(one, common.greedy(model, tok, common.encode(tok, PROMPT), max_new_tokens=10))  # ids: same call
-    assert common.CACHE_STATS == {"served": 3, "computed": 3, "bypassed": 0}
+    assert speed.CACHE_STATS == {"served": 3, "computed": 3, "bypassed": 0}
 
 
 def test_every_input_is_in_the_key(tiny, cache, monkeypatch):
@@ -70,13 +71,13 @@ def test_every_input_is_in_the_key(tiny, cache, monkeypatch):
         settings = {**base, **kw}
         if settings["hidden_module"] is not None:
             settings["hidden_module"] = common.decoder_layers(m)[settings["hidden_module"]].mlp
-        return common.call_key(m, t, call, ids or [common.encode(tok, PROMPT)], settings)
+        return speed.call_key(m, t, call, ids or [common.encode(tok, PROMPT)], settings)
     assert key() == key() and key(m=copy.deepcopy(model)) == key()     # the same weights elsewhere: a hit
     other_weights = copy.deepcopy(model)
     with torch.no_grad():
         other_weights.model.layers[2].mlp.down_proj.weight.mul_(1.01)
     kernel = copy.deepcopy(model)
-    kernel.kernel = "onednn"                                           # common.KERNEL_ATTR
+    kernel.kernel = "onednn"                                           # speed.KERNEL_ATTR
     eager = copy.deepcopy(model)
     eager.set_attn_implementation("eager")
     more_eos = copy.deepcopy(model)
@@ -91,20 +92,20 @@ def test_every_input_is_in_the_key(tiny, cache, monkeypatch):
         "precision": key(m=copy.deepcopy(model).to(torch.bfloat16)),
         "tokenizer": key(t=_other_tokenizer()), "eos ids": key(m=more_eos),
     }
-    common.PLAIN = True
+    speed.PLAIN = True
     try:
         variants["--plain"] = key()
     finally:
-        common.PLAIN = False
+        speed.PLAIN = False
     # the fast path's switches, the entry format, the code (common.py's id, torch's and transformers'
     # versions) and the machine (CPU name, thread count): each set one at a time, then restored
     for name, owner, attr, value in [
-            ("no batching", common, "BATCH", False), ("no prefix reuse", common, "REUSE_PREFIX", False),
-            ("no shared prompt", common, "SHARE_PROMPT", False), ("entry format", common, "_CACHE_FORMAT", 2),
-            ("common.py", common, "_file_id", lambda path: "1 bytes, sha256 0123456789abcdef"),
-            ("torch version", common.torch, "__version__", "0.0.1"),
-            ("transformers version", common.transformers, "__version__", "0.0.1"),
-            ("cpu name", common, "cpu_name", lambda: "Other CPU (GenuineIntel, family 6, model 1)")]:
+            ("no batching", speed, "BATCH", False), ("no prefix reuse", speed, "REUSE_PREFIX", False),
+            ("no shared prompt", speed, "SHARE_PROMPT", False), ("entry format", speed, "_CACHE_FORMAT", 2),
+            ("common.py", speed, "file_id", lambda path: "1 bytes, sha256 0123456789abcdef"),
+            ("torch version", speed.torch, "__version__", "0.0.1"),
+            ("transformers version", speed.transformers, "__version__", "0.0.1"),
+            ("cpu name", speed, "cpu_name", lambda: "Other CPU (GenuineIntel, family 6, model 1)")]:
         with monkeypatch.context() as m:
             m.setattr(owner, attr, value)
             variants[name] = key()
@@ -128,7 +129,7 @@ def test_every_input_is_in_the_key(tiny, cache, monkeypatch):
 def test_the_weights_sample_reaches_the_last_element_of_a_large_tensor():
     """SmolLM2's embedding has 28,311,552 values: a float32 linspace would index past its end."""
     for n in (1, 2, 4095, 4096, 4097, 28_311_552, 2 ** 33 + 3):
-        idx = common.evenly_spaced(n, 4096)
+        idx = speed.evenly_spaced(n, 4096)
         assert len(idx) == min(n, 4096) and int(idx[0]) == 0 and int(idx[-1]) == n - 1
         assert bool((idx[1:] > idx[:-1]).all())
 
@@ -145,11 +146,11 @@ def test_a_stored_call_serves_only_the_same_steering(tiny, cache):
     plain = common.greedy(model, tok, PROMPT, max_new_tokens=10)
     with common.add_to_output(layer, 3 * torch.ones(32)):
         steered = common.greedy(model, tok, PROMPT, max_new_tokens=10)
-    assert steered.token_ids != plain.token_ids and common.CACHE_STATS["computed"] == 2
+    assert steered.token_ids != plain.token_ids and speed.CACHE_STATS["computed"] == 2
     with common.add_to_output(layer, 3 * torch.ones(32)):
         assert same(common.greedy(model, tok, PROMPT, max_new_tokens=10), steered)
     assert same(common.greedy(model, tok, PROMPT, max_new_tokens=10), plain)
-    assert common.CACHE_STATS == {"served": 2, "computed": 2, "bypassed": 0}
+    assert speed.CACHE_STATS == {"served": 2, "computed": 2, "bypassed": 0}
 
 
 def test_a_call_under_any_other_hook_is_computed_and_the_hook_fires(tiny, cache):
@@ -166,14 +167,14 @@ def test_a_call_under_any_other_hook_is_computed_and_the_hook_fires(tiny, cache)
         common.sample(model, tok, PROMPT, 2, max_new_tokens=5, seed=1)
     finally:
         handle.remove()
-    assert seen and common.CACHE_STATS == {"served": 0, "computed": 1, "bypassed": 3}
+    assert seen and speed.CACHE_STATS == {"served": 0, "computed": 1, "bypassed": 3}
     # transformers' own output-capturing hooks (installed by a forward with output_hidden_states) record
     # nothing unless asked: they do not keep calls from the cache
     with torch.no_grad():
         model(input_ids=torch.tensor([common.encode(tok, PROMPT)]), output_hidden_states=True)
     assert any(l._forward_hooks for l in common.decoder_layers(model))
     assert same(common.greedy(model, tok, PROMPT, max_new_tokens=10), stored)     # served
-    assert common.CACHE_STATS["served"] == 1
+    assert speed.CACHE_STATS["served"] == 1
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "another key"])
@@ -185,11 +186,11 @@ def test_a_damaged_entry_is_recomputed_never_trusted(tiny, cache, damage, capsys
     data = path.read_bytes()
     path.write_bytes({"truncated": data[:len(data) // 2], "garbage": b"not a torch file", "empty": b"",
                       "another key": other_path.read_bytes()}[damage])
-    common.forget_prefix()
+    speed.forget_prefix()
     assert same(common.greedy(model, tok, PROMPT, max_new_tokens=10), want)
-    assert common.CACHE_STATS == {"served": 0, "computed": 3, "bypassed": 0}
+    assert speed.CACHE_STATS == {"served": 0, "computed": 3, "bypassed": 0}
     assert path.read_bytes() == data                                   # rewritten whole
-    assert same(common.greedy(model, tok, PROMPT, max_new_tokens=10), want) and common.CACHE_STATS["served"] == 1
+    assert same(common.greedy(model, tok, PROMPT, max_new_tokens=10), want) and speed.CACHE_STATS["served"] == 1
 
 
 def test_an_interrupted_write_leaves_no_entry(tiny, cache, monkeypatch):
@@ -198,7 +199,7 @@ def test_an_interrupted_write_leaves_no_entry(tiny, cache, monkeypatch):
     def interrupted(obj, f):
         open(f, "wb").write(b"PK\x03\x04 half")
         raise KeyboardInterrupt
-    monkeypatch.setattr(common.torch, "save", interrupted)
+    monkeypatch.setattr(speed.torch, "save", interrupted)
     with pytest.raises(KeyboardInterrupt):
         common.greedy(model, tok, PROMPT, max_new_tokens=10)
     assert not [p for p in cache.rglob("*") if p.is_file()]
@@ -214,21 +215,21 @@ def test_calls_after_a_hit_give_what_they_give_without_the_cache(tiny, cache, mo
 
     def calls():
         first = common.greedy(model, tok, PROMPT, max_new_tokens=12)
-        kept.append([ids for ids, _ in common._ROWS.get(common._cache_key(model), [])])
+        kept.append([ids for ids, _ in speed._ROWS.get(speed._cache_key(model), [])])
         ids = common.encode(tok, PROMPT) + first.token_ids
         turn = common.greedy(model, tok, ids + common.encode(tok, "\nSo:")[1:], max_new_tokens=12)  # continues it
         drawn = common.sample(model, tok, PROMPT + " Paris", 3, max_new_tokens=12, seed=2, hidden_module=mlp,
                               with_greedy=True)
         return [first, turn, *drawn]
-    monkeypatch.setattr(common, "CALL_CACHE", None)
+    monkeypatch.setattr(speed, "CALL_CACHE", None)
     want = calls()                                                     # no cache, fresh state
-    common.forget_prefix()
-    common.CALL_CACHE = cache
+    speed.forget_prefix()
+    speed.CALL_CACHE = cache
     common.greedy(model, tok, PROMPT, max_new_tokens=12)               # stores the first call only
-    common.forget_prefix()
+    speed.forget_prefix()
     common.greedy(model, tok, "Question: something else entirely, and long enough", max_new_tokens=12)
     got = calls()                                                      # first served, the others computed
-    assert common.CACHE_STATS["served"] == 1
+    assert speed.CACHE_STATS["served"] == 1
     assert kept[0] and kept[1] == []            # the hit kept no rows, and left none of an earlier call behind
     for a, b in zip(got, want):
         assert (a.text, a.token_ids, a.finish) == (b.text, b.token_ids, b.finish)
@@ -250,7 +251,7 @@ def test_seakr_files_are_identical_with_and_without_the_cache(tiny, tmp_path, mo
     monkeypatch.setattr(seakr, "MAX_NEW_TOKENS", 40)
 
     def run(name, delta, cache=None):
-        common.forget_prefix()                                         # each run as a process of its own
+        speed.forget_prefix()                                         # each run as a process of its own
         out = tmp_path / f"{name}.jsonl"
         seakr.main(["--dataset", "hotpotqa", "--limit", "2", "--samples", "3", "--threshold", str(delta),
                     "--output", str(out)] + (["--cache", str(tmp_path / cache)] if cache else []))
@@ -304,7 +305,7 @@ def test_ctrla_files_are_identical_with_and_without_the_cache(ctrla_model, tmp_p
                                                         ("Where is the Moon?", "Space")])))
 
     def run(name, cache=None):
-        common.forget_prefix()
+        speed.forget_prefix()
         args = p.parse_args(["--data", str(data), "--output", str(tmp_path / f"{name}.jsonl")]
                             + (["--cache", str(tmp_path / cache)] if cache else []))
         records = common.check_inputs(args)

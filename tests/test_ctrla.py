@@ -6,10 +6,12 @@ import itertools
 import json
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 
+import analysis
 import common
 import ctrla
 import eval as metrics
@@ -412,11 +414,13 @@ def test_monitor_crop_is_right_on_any_version(tiny, monkeypatch, fed_tokens):
 
 
 def test_analysis_sits_after_main():
-    """The method file keeps the method: the feature check (paper 5.2) comes after main()."""
+    """The method file keeps the method: the feature check's scores (paper 5.2, a model run) come after
+    main(); their report, which reads the scores' file, is analysis.py's."""
     import inspect
     line = lambda f: inspect.getsourcelines(f)[1]
-    assert line(ctrla.main) < line(ctrla.layer_ranges) < line(ctrla.auc) < line(ctrla.check_features)
-    assert line(ctrla.solve) < line(ctrla.main)
+    assert line(ctrla.solve) < line(ctrla.main) < line(ctrla.check_features)
+    assert not hasattr(ctrla, "layer_ranges") and not hasattr(ctrla, "auc")
+    assert callable(analysis.layer_ranges) and callable(analysis.auc) and callable(analysis.features_report)
 
 
 def test_caq_query_masks_flagged_words():
@@ -479,7 +483,7 @@ def test_loop_end_to_end(tiny_run, query):
     calm = ctrla.solve(ctrla.Run(model, tok, feats, common.BM25(PASSAGES), replace(s, tau=-1e9)), rec)
     assert calm["retrievals"] == 0 and calm["trace"]["segments"][0]["trigger"] is None
     # the always-retrieve baseline: every segment retrieves, however confident, and keeps its scores
-    always = ctrla.solve(ctrla.Run(model, tok, feats, common.BM25(PASSAGES), replace(s, tau=-1e9, always=True)), rec)
+    always = ctrla.solve(ctrla.Run(model, tok, feats, common.BM25(PASSAGES), replace(s, tau=-1e9, retrieve="always")), rec)
     segs = always["trace"]["segments"]
     assert [g["trigger"] for g in segs] == ["always"] * len(segs) and always["retrievals"] >= len(segs)
     assert not segs[0]["unconfident_words"] and len(segs[0]["scores"]) == len(segs[0]["tokens"])
@@ -487,23 +491,22 @@ def test_loop_end_to_end(tiny_run, query):
 
 def test_run_name_keeps_settings_apart():
     p = argparse.ArgumentParser()
-    p.add_argument("--always-retrieve", action="store_true")
     p.add_argument("--tau", type=float)
     p.add_argument("--honesty-data")
     p.add_argument("--confidence-data")
     name = lambda argv, **kw: ctrla.run_name(p.parse_args(argv), ctrla.Settings(**kw))
     assert name([]) == "ctrla" and name(["--tau", "-6.8"]) == "ctrla-tau-6.8"
-    assert name(["--always-retrieve"]) == "ctrla-always" and name([], lam=0.0) == "ctrla-lam0"
-    assert name([], retrieve=False) == "ctrla-noret" and name([], query="caq") == "ctrla-caq"
-    assert name([], honesty_prompt=True, lam=0.0, retrieve=False) == "ctrla-honp-noret"
-    assert name([], act=False) == "ctrla-monitor-only"
+    assert name([], retrieve="always") == "ctrla-always" and name([], lam=0.0) == "ctrla-lam0"
+    assert name([], retrieve="never") == "ctrla-noret" and name([], query="caq") == "ctrla-caq"
+    assert name([], honesty_prompt=True, lam=0.0, retrieve="never") == "ctrla-honp-noret"
+    assert name([], retrieve="monitor-only") == "ctrla-monitor-only"
     assert name(["--honesty-data", "x/facts_true_false.csv", "--confidence-data", "confidence_train.csv"]) == \
         "ctrla-hon-facts_true_false-conf-confidence_train"
 
 
 def test_never_retrieve_and_multihop_prompt(tiny_run):
     model, tok, feats = tiny_run
-    s = ctrla.Settings(steer=(-2,), monitor=(-2,), retrieve=False, answer_tokens=30)
+    s = ctrla.Settings(steer=(-2,), monitor=(-2,), retrieve="never", answer_tokens=30)
     rec = {"id": "q2", "question": "Who?", "answers": ["x"], "dataset": "triviaqa"}
     res = ctrla.solve(ctrla.Run(model, tok, feats, None, s), rec)
     assert res["retrievals"] == 0 and "scores" not in res["trace"]["segments"][0]
@@ -516,8 +519,8 @@ def test_monitor_only_answers_as_never_retrieve_and_records_the_triggers(tiny_ru
     model, tok, feats = tiny_run
     s = ctrla.Settings(tau=1e9, steer=(-2, -3), monitor=(-2, -3, -4), answer_tokens=40)  # tau huge: all flagged
     rec = {"id": "q1", "question": "Where is the Eiffel Tower?", "answers": ["Paris"], "dataset": "popqa"}
-    never = ctrla.solve(ctrla.Run(model, tok, feats, None, replace(s, retrieve=False)), rec)
-    seen = ctrla.solve(ctrla.Run(model, tok, feats, None, replace(s, act=False)), rec)   # no retriever at all
+    never = ctrla.solve(ctrla.Run(model, tok, feats, None, replace(s, retrieve="never")), rec)
+    seen = ctrla.solve(ctrla.Run(model, tok, feats, None, replace(s, retrieve="monitor-only")), rec)  # no retriever
     assert seen["prediction"] == never["prediction"] and seen["retrievals"] == 0
     assert [g["segment"] for g in seen["trace"]["segments"]] == [g["segment"] for g in never["trace"]["segments"]]
     first = seen["trace"]["segments"][0]
@@ -563,8 +566,15 @@ def test_check_features_runs_and_spaces_its_statements(tiny, monkeypatch):
     seen, real = [], ctrla.last_token_states
     monkeypatch.setattr(ctrla, "last_token_states", lambda m, t, prompts, **kw: seen.extend(prompts) or real(m, t, prompts))
     run = ctrla.Run(model, tok, feats, None, ctrla.Settings(tau=0.0, lam=0.0, steer=(-1,), monitor=(-1, -2)))
-    report = ctrla.check_features(run, limit=1)
+    check = json.loads(json.dumps(ctrla.check_features(run, limit=1)))      # what --check-features writes
+    report = analysis.features_report(check)
     assert set(report) == {"steer", "monitor", "top third", "middle third", "bottom third"}
+    # a range's scores are the method's own, to the bit: token_scores over its layers
+    h = feats["honesty"]
+    states = real(model, tok, seen[:2])
+    keys = report["monitor"]["keys"]
+    want = ctrla.token_scores(states[[-1, -2]], h["direction"][[-1, -2]], h["sign"][[-1, -2]], h["mean"][[-1, -2]])
+    assert keys == [-1, -2] and torch.equal(torch.tensor(check["honesty"])[[-1, -2]].mean(0), want)
     persona = common.chat_prompt(tok, ctrla.PERSONA.format("an honest"))
     assert len(seen) == 2 and all(p.startswith(persona + " ") and p[len(persona) + 1] != " " for p in seen)
 
@@ -588,10 +598,11 @@ def test_accepted_sentences_extend_the_prompt_by_their_own_tokens(kind, sp_tok, 
 
 
 def test_docstring_states_the_divergences():
-    """The "Differs from the official code in:" list names what this file does differently, and the list
-    before it where the official code, which this file follows, differs from the paper."""
-    follows, differs = ctrla.__doc__.split("Follows the official code where it differs from the paper in:")[1] \
-        .split("Differs from the official code in:")
+    """The page docs/ctrla.md names what this file does differently (its divergence tables), and where the
+    official code, which this file follows, differs from the paper; the module docstring points at it."""
+    page = (Path(__file__).parents[1] / "docs" / "ctrla.md").read_text()
+    follows, differs = page.split("### Where the official code differs from the paper, and we follow the official code")[1] \
+        .split("### Changes results")
     for phrase in ["Eq. 2", "centred on mu_l", "sign_l", "whole prompt + segment", "causal",
                    "not Alg. 2", "bare question", "retrieve_count", "search_rounds"]:
         assert phrase in " ".join(follows.split()), phrase
@@ -601,13 +612,14 @@ def test_docstring_states_the_divergences():
                    "data/ctrla_stop_words.txt", "official phrase list", "resumes from the token ids",
                    "none of the official eval_data/facts_true_false.csv",
                    "--honesty-data FILE --confidence-data FILE",
-                   "cut from the token ids of persona + statement", "keeps the question as the first query",
+                   "cut from the token ids of persona + statement", "question kept as the first query",
                    "7th refusal ends the answer", "keeps the line break",
                    'after "the answer is" in any case, up to a line break',
                    "1 of 50 CtrlA, 2 of 50 never-retrieve HotpotQA questions",
                    "ends at an EOS after a segment with no sentence end", "stops only on an empty continuation",
                    "\"'relevant'\" is \"re\""]:
         assert phrase in " ".join(differs.split()), phrase
+    assert "docs/ctrla.md" in ctrla.__doc__ and "Differs from the official code" in ctrla.__doc__
 
 
 def test_monitor_maps_tokens_to_words_on_both_kinds(tiny_real):
@@ -867,7 +879,7 @@ def test_the_forced_answer_is_the_plain_models(tiny_run, monkeypatch):
         return greedy(m, t, prompt, max_new_tokens=max_new_tokens, stop=stop, hidden_module=hidden_module)
     monkeypatch.setattr(ctrla.common, "greedy", spy)
     before = hooks(model)
-    s = ctrla.Settings(steer=(-2,), monitor=(-2,), retrieve=False, answer_tokens=12)
+    s = ctrla.Settings(steer=(-2,), monitor=(-2,), retrieve="never", answer_tokens=12)
     res = ctrla.solve(ctrla.Run(model, tok, feats, None, s), {"id": "q", "question": "Who?", "answers": ["x"],
                                                                "dataset": "hotpotqa"})
     assert res["trace"]["forced"] is not None         # a random model names no answer
@@ -904,34 +916,6 @@ def test_rows_read_with_their_forced_answers():
     assert out[0]["trace"]["forced"] == " C." and "forced" not in rows[0]["trace"]   # the input rows unchanged
     assert out[1:] == rows[1:]          # an answer of its own, another task, forced already, no side row
     assert [metrics.needs_forcing(r) for r in out] == [False, False, False, False, True]
-
-
-def test_force_answers_writes_a_side_file_and_resumes(tmp_path, monkeypatch):
-    run_file = tmp_path / "ctrla.jsonl"
-    run_file.write_text("".join(json.dumps(r) + "\n" for r in
-                                [mh_row("1", "A is B."), mh_row("2", "So the answer is E."), mh_row("3", "G.")]))
-    (tmp_path / "ctrla.settings.json").write_text(json.dumps({"--model": "smollm2-135m"}))
-    loads, forced = [], []
-    monkeypatch.setattr(ctrla.common, "load_model", lambda *a, **k: loads.append(a) or (None, make_tokenizer()))
-    monkeypatch.setattr(ctrla, "force_answer", lambda m, t, task, q, text: forced.append(text) or " C.")
-    argv = ["--force-answers", str(run_file), "--model", "smollm2-135m", "--dtype", "float32"]
-    ctrla.main(argv)
-    side = [json.loads(line) for line in (tmp_path / "ctrla.forced.jsonl").read_text().splitlines()]
-    assert [(r["id"], r["forced"]) for r in side] == [("1", " C."), ("3", " C.")] and forced == ["A is B.", "G."]
-    ctrla.main(argv)                                   # all there: no model loaded, nothing written
-    assert len(loads) == 1 and len((tmp_path / "ctrla.forced.jsonl").read_text().splitlines()) == 2
-    with pytest.raises(common.InputError, match="the run's model is smollm2-135m; pass --model smollm2-135m"):
-        ctrla.main(["--force-answers", str(run_file), "--model", "qwen2.5-coder-0.5b"])
-    with pytest.raises(common.InputError, match="no such file"):
-        ctrla.main(["--force-answers", str(tmp_path / "none.jsonl")])
-    (tmp_path / "seakr.jsonl").write_text(json.dumps({"id": "1", "prediction": "x"}) + "\n")
-    with pytest.raises(common.InputError, match="not a CtrlA run file"):
-        ctrla.main(["--force-answers", str(tmp_path / "seakr.jsonl")])
-    for bad, says in (('{"--model": "smollm2', "cannot read"), ('["--model"]', "not a run's settings")):
-        (tmp_path / "ctrla.settings.json").write_text(bad)      # a damaged settings file: one line, no model
-        with pytest.raises(common.InputError, match=says):
-            ctrla.main(argv)
-    assert len(loads) == 1
 
 
 def test_the_sign_compares_the_positive_prompt_with_the_negative_whatever_the_pair_order():
@@ -1003,3 +987,67 @@ def test_popqa_drops_the_passages_after_each_segment(monkeypatch):
                           "dataset": dataset})
         assert len(log["prompts"]) == 4 and "Passage for" in log["prompts"][1]   # the regeneration reads them
         assert ("Passage for" in log["prompts"][2]) == kept
+
+
+# ---------------------------------------------------------------- the command line
+
+class Parsed(Exception):
+    """Raised where main() has parsed its flags, before any input is read or model loaded."""
+
+
+def parsed(monkeypatch, argv: list[str]):
+    """(args, Settings, run name) main() builds from argv, stopped before it checks its inputs."""
+    seen = {}
+    real = ctrla.run_name
+    monkeypatch.setattr(ctrla, "run_name", lambda args, s: seen.update(s=s) or real(args, s))
+
+    def stop(args, *a, **k):
+        raise Parsed(args)
+    monkeypatch.setattr(common, "check_inputs", stop)
+    with pytest.raises(Parsed) as got:
+        ctrla.main(argv)
+    return got.value.args[0], seen["s"], real(got.value.args[0], seen["s"])
+
+
+@pytest.mark.parametrize("mode, old", [("never", "--never-retrieve"), ("always", "--always-retrieve"),
+                                       ("monitor-only", "--monitor-only")])
+def test_retrieve_mode_is_one_value_and_the_old_flags_are_its_aliases(monkeypatch, mode, old):
+    """--retrieve MODE and its old flag build the same Settings, run name and recorded settings (one
+    "--retrieve" entry, not three booleans); adaptive is the default."""
+    new_args, new_s, new_name = parsed(monkeypatch, ["--retrieve", mode])
+    old_args, old_s, old_name = parsed(monkeypatch, [old])
+    assert new_s == old_s and new_s.retrieve == mode and new_name == old_name
+    assert common.run_settings(new_args, ctrla.__file__) == common.run_settings(old_args, ctrla.__file__)
+    flags = common.run_settings(new_args, ctrla.__file__)
+    assert flags["--retrieve"] == mode and not {"--never-retrieve", "--always-retrieve", "--monitor-only"} & set(flags)
+    assert parsed(monkeypatch, [])[1].retrieve == "adaptive"
+    with pytest.raises(SystemExit):         # one mode at a time
+        ctrla.main(["--retrieve", "always", "--never-retrieve"])
+
+
+def test_help_lists_the_methods_flags_before_the_engineering_ones(capsys):
+    with pytest.raises(SystemExit):
+        ctrla.main(["--help"])
+    out = capsys.readouterr().out.split("\n\n", 1)[1]          # after the usage line
+    groups = [line for line in out.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert groups[-3:] == ["CtrlA:", "questions and passages:", "engineering:"]
+    assert out.index("\nCtrlA:\n") < out.index("--tau") < out.index("--retrieve {") < out.index("\nengineering:\n")
+    assert out.index("\nengineering:\n") < out.index("--model MODEL") < out.index("--dtype")
+
+
+def test_check_features_writes_its_scores_and_analysis_reports_them(tiny, monkeypatch, tmp_path, capsys):
+    """--check-features runs the model (its scores into a file, then a pointer); analysis.py features FILE
+    reads the file without one and prints paper 5.2's table."""
+    feats = {"honesty": random_features(4, 32), "confidence": random_features(4, 32, seed=1)}
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: tiny)
+    monkeypatch.setattr(ctrla, "load_features", lambda *a, **k: feats)
+    out = tmp_path / "check.json"
+    ctrla.main(["--check-features", "--tau", "0", "--lam", "0", "--steer-layers", "1:2", "--monitor-layers", "1:3",
+                "--limit", "1", "--output", str(out), "--device", "cpu"])
+    assert f"its report per layer range: python analysis.py features {out}" in capsys.readouterr().err
+    check = json.loads(out.read_text())
+    assert (check["n_layers"], check["steer"], check["monitor"], check["tau"]) == (4, [-1], [-1, -2], 0.0)
+    analysis.main(["features", str(out)])
+    printed = capsys.readouterr().out
+    assert "1 held-out true and 1 false statements; 1 answerable (A_Y) and 1 unanswerable (A_N) questions" in printed
+    assert printed.count("\n  A_") == 2 and "\nmonitor        -1..-2   |" in printed

@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import eval as ev  # noqa: E402  (the project's eval.py, not the builtin function)
-import rowen  # noqa: E402
+import analysis  # noqa: E402
 
 
 # ------------------------------------------------------------------ EM / F1
@@ -465,7 +465,7 @@ def test_signals_of_a_rowen_run_agree_with_detection_quality():
                           "z_cl": z_cl, "z_cm": z_cm, "z": z_cl + z_cm, "alpha": 1.0}}
     rows = [row("Paris", 1.0, 0.5), row("It is Paris.", 0.5, 1.0), row("Lyon", 0.5, 0.0), row("Nice", 0.0, 1.0)]
     got = ev.signals(rows, resamples=100)["signals"]
-    q = rowen.detection_quality(rows)
+    q = analysis.detection_quality(rows)
     # a low Z flags a wrong r0: AUROC of -Z against wrong is the chance a right answer has the higher Z
     assert [got[f"-Z_{m}"]["auroc"] for m in ("CL", "CM", "hybrid")] == [q[m]["auc"] for m in ("cl", "cm", "hybrid")]
     assert got["-Z_CL"]["auroc"] == 0.875

@@ -5,6 +5,8 @@ import pytest
 import torch
 
 import common
+import speed
+import models
 
 
 def full_logprobs(model, ids):
@@ -102,7 +104,7 @@ def test_sampling_is_repeatable_and_with_greedy_row_zero(tiny):
 
 
 def _freq(logits, n=20000, **kw):
-    draws = common._draw(logits.expand(n, -1), generator=torch.Generator().manual_seed(0), **kw)
+    draws = common.draw(logits.expand(n, -1), generator=torch.Generator().manual_seed(0), **kw)
     return torch.bincount(draws, minlength=logits.shape[-1]).float() / n
 
 
@@ -206,11 +208,11 @@ def test_prefix_reuse_gives_the_same_outputs_and_skips_the_shared_tokens(tiny):
     model, tok = tiny
     head = "Question: the shared few-shot head goes here\nAnswer: fine. "
     prompts = [head + "Question: one\nAnswer:", head + "Question: two\nAnswer:", head + "Q"]
-    common.REUSE_PREFIX = False
+    speed.REUSE_PREFIX = False
     plain = [common.greedy(model, tok, p, max_new_tokens=8) for p in prompts]
     plain_s = common.sample(model, tok, prompts[1], k=3, max_new_tokens=6, seed=5)
-    common.REUSE_PREFIX = True
-    common.forget_prefix()
+    speed.REUSE_PREFIX = True
+    speed.forget_prefix()
     try:
         common.greedy(model, tok, prompts[0], max_new_tokens=8)
         seen, h = [], model.model.embed_tokens.register_forward_hook(lambda m, i, o: seen.append(i[0].shape[1]))
@@ -220,7 +222,7 @@ def test_prefix_reuse_gives_the_same_outputs_and_skips_the_shared_tokens(tiny):
             h.remove()
         reused_s = common.sample(model, tok, prompts[1], k=3, max_new_tokens=6, seed=5)
     finally:
-        common.REUSE_PREFIX = True
+        speed.REUSE_PREFIX = True
     assert [g.token_ids for g in reused] == [g.token_ids for g in plain]
     assert [g.token_ids for g in reused_s] == [g.token_ids for g in plain_s]
     # the second prompt's prefill fed only what follows the shared head
@@ -243,7 +245,7 @@ def test_buffered_cache_layer_equals_concatenation_and_grows():
     plain = DynamicLayer()
     prompt_k, prompt_v = torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
     plain.update(prompt_k, prompt_v)
-    buf = common._BufferedLayer(plain, rows=3, room=1)        # room for one token: the second one grows it
+    buf = speed._BufferedLayer(plain, rows=3, room=1)        # room for one token: the second one grows it
     ref_k = prompt_k.expand(3, -1, -1, -1)
     for _ in range(2):
         k, v = torch.randn(3, 2, 1, 4), torch.randn(3, 2, 1, 4)
@@ -261,7 +263,7 @@ def test_alternating_prompt_families_each_find_their_cached_prefix(tiny):
     model, tok = tiny
     a = "Question: the first family's long shared head\nAnswer: fine. Question: "
     b = "Write a search query for the second family of prompts, which differ. "
-    common.forget_prefix()
+    speed.forget_prefix()
     for p in (a + "one", b + "two"):
         common.greedy(model, tok, p, max_new_tokens=3)
     seen, h = [], model.model.embed_tokens.register_forward_hook(lambda m, i, o: seen.append(i[0].shape[1]))
@@ -271,11 +273,11 @@ def test_alternating_prompt_families_each_find_their_cached_prefix(tiny):
         h.remove()
     shared = len(common.encode(tok, a)) + 1     # encode drops a's final space alone; "a three" keeps it
     assert seen[0] == len(common.encode(tok, a + "three")) - shared
-    common.REUSE_PREFIX = False
+    speed.REUSE_PREFIX = False
     try:
         assert common.greedy(model, tok, a + "three", max_new_tokens=3).token_ids == g.token_ids
     finally:
-        common.REUSE_PREFIX = True
+        speed.REUSE_PREFIX = True
 
 
 def test_grouped_attention_equals_transformers_sdpa_with_padding(tiny):
@@ -288,7 +290,7 @@ def test_grouped_attention_equals_transformers_sdpa_with_padding(tiny):
     mask = torch.ones(3, 1, 5, 5, dtype=torch.bool).tril()
     mask[0, :, :, :2] = False                                    # row 0 left-padded by two
     mask[0, :, :2, :2] = torch.eye(2, dtype=torch.bool)          # (pads see themselves: no NaN rows)
-    ours, _ = common._sdpa_grouped(attn, q, k, v, mask, scaling=0.3)
+    ours, _ = speed._sdpa_grouped(attn, q, k, v, mask, scaling=0.3)
     ref, _ = sdpa_attention_forward(attn, q, k, v, mask, scaling=0.3)
     assert torch.allclose(ours, ref, atol=1e-6)
     # and the model itself: a padded batch decodes as its rows do alone (the test above), with the
@@ -307,7 +309,7 @@ def test_batch_prefills_the_shared_head_once_and_matches_one_by_one(tiny):
     model, tok = tiny
     head = "System: a long shared head of the chat template\nUser: "
     prompts = [head + "first question?", head + "2nd?", head + "a third, longer question?"]
-    common.forget_prefix()
+    speed.forget_prefix()
     seen, h = [], model.model.embed_tokens.register_forward_hook(lambda m, i, o: seen.append(tuple(i[0].shape)))
     try:
         batch = common.greedy(model, tok, prompts, max_new_tokens=8)
@@ -316,11 +318,11 @@ def test_batch_prefills_the_shared_head_once_and_matches_one_by_one(tiny):
     n_head = len(common.encode(tok, head)) + 1        # the head's final space is shared too
     tails = [len(common.encode(tok, p)) - n_head for p in prompts]
     assert seen[:2] == [(1, n_head), (3, max(tails))]   # the head once, then the padded tails
-    common.REUSE_PREFIX = common.BATCH = False
+    speed.REUSE_PREFIX = speed.BATCH = False
     try:
         alone = [common.greedy(model, tok, p, max_new_tokens=8) for p in prompts]
     finally:
-        common.REUSE_PREFIX = common.BATCH = True
+        speed.REUSE_PREFIX = speed.BATCH = True
     assert [g.token_ids for g in batch] == [g.token_ids for g in alone]
 
 
@@ -330,7 +332,7 @@ def test_next_turn_continues_each_rows_kept_cache(tiny):
     model, tok = tiny
     firsts = ["Question: who wrote it?\nAnswer:", "Q: 2nd one, longer?\nA:", "Tell me a story:"]
     turn = "\nUser: and briefly?\nAssistant:"
-    common.forget_prefix()
+    speed.forget_prefix()
     first = common.greedy(model, tok, firsts, max_new_tokens=8)
     seconds = [f + g.text + turn for f, g in zip(firsts, first)]
     seen, h = [], model.model.embed_tokens.register_forward_hook(lambda m, i, o: seen.append(tuple(i[0].shape)))
@@ -344,12 +346,12 @@ def test_next_turn_continues_each_rows_kept_cache(tiny):
     assert all(g.finish == "length" for g in first + [batch[1]])
     prefills = [s for s in seen if s[1] > 1]
     assert prefills == [(3, len(turn) + 1), (1, len(turn) + 1)]
-    common.REUSE_PREFIX = common.BATCH = False
+    speed.REUSE_PREFIX = speed.BATCH = False
     try:
         plain = [common.greedy(model, tok, p, max_new_tokens=6) for p in seconds]
         plain_single = common.greedy(model, tok, seconds[1] + batch[1].text + turn, max_new_tokens=6)
     finally:
-        common.REUSE_PREFIX = common.BATCH = True
+        speed.REUSE_PREFIX = speed.BATCH = True
     assert [g.token_ids for g in batch] == [g.token_ids for g in plain]
     assert single.token_ids == plain_single.token_ids
 
@@ -363,14 +365,14 @@ def test_shared_prompt_attention_equals_sdpa_over_copied_prompts():
     full_k = torch.cat([pk.expand(rows, -1, -1, -1), k], -2)
     full_v = torch.cat([pv.expand(rows, -1, -1, -1), v], -2)
     ref = torch.nn.functional.scaled_dot_product_attention(q, full_k, full_v, scale=0.4, enable_gqa=True)
-    ours = common._attend_shared_prompt(q, k, v, (pk, pv, None), None, 0.4)
+    ours = speed._attend_shared_prompt(q, k, v, (pk, pv, None), None, 0.4)
     assert ours.shape == (rows, 1, heads, dim)
     assert torch.allclose(ours, ref.transpose(1, 2), atol=1e-6)
     mask = torch.ones(rows, 1, 1, prompt_len + own, dtype=torch.bool)
     mask[1, :, :, 2] = mask[2, :, :, prompt_len] = False
     ref = torch.nn.functional.scaled_dot_product_attention(q, full_k, full_v, attn_mask=mask, scale=0.4,
                                                            enable_gqa=True)
-    assert torch.allclose(common._attend_shared_prompt(q, k, v, (pk, pv, None), mask, 0.4), ref.transpose(1, 2),
+    assert torch.allclose(speed._attend_shared_prompt(q, k, v, (pk, pv, None), mask, 0.4), ref.transpose(1, 2),
                           atol=1e-6)
 
 
@@ -380,15 +382,15 @@ def test_samples_with_a_shared_prompt_equal_samples_with_a_copy_per_row(tiny, mo
     prompt = "Question: which samples?\nAnswer:"
     kw = dict(k=6, max_new_tokens=9, seed=3, with_greedy=True, hidden_module=mlp, top_k=20, top_p=0.9,
               stop=("e", "a", "o"))                 # rows end at different steps and leave the cache
-    used, attend = [], common._attend_shared_prompt
-    monkeypatch.setattr(common, "_attend_shared_prompt", lambda *a: used.append(1) or attend(*a))
+    used, attend = [], speed._attend_shared_prompt
+    monkeypatch.setattr(speed, "_attend_shared_prompt", lambda *a: used.append(1) or attend(*a))
     shared = common.sample(model, tok, prompt, **kw)
     assert used and len({len(g.token_ids) for g in shared}) > 1
-    common.SHARE_PROMPT = False
+    speed.SHARE_PROMPT = False
     try:
         copied = common.sample(model, tok, prompt, **kw)
     finally:
-        common.SHARE_PROMPT = True
+        speed.SHARE_PROMPT = True
     assert [g.token_ids for g in shared] == [g.token_ids for g in copied]
     for a, b in zip(shared, copied):
         assert torch.allclose(a.hidden, b.hidden, atol=1e-5)
@@ -401,12 +403,12 @@ def test_sample_many_gives_each_prompt_what_it_gets_alone(tiny, share):
     head = "Context: a shared head of few-shot examples\n"
     prompts = [head + "[1] first passage\nQ: x?\nA:", head + "[1] 2nd\nQ: x?\nA:", head + "[1] a third one, longer\nQ: x?\nA:"]
     kw = dict(max_new_tokens=8, with_greedy=True, hidden_module=mlp, top_k=20, top_p=0.9, stop=("e", "o"))
-    common.SHARE_PROMPT = share
+    speed.SHARE_PROMPT = share
     try:
         together = common.sample_many(model, tok, prompts, 4, seeds=[5, 6, 7], **kw)
         alone = [common.sample(model, tok, p, 4, seed=s, **kw) for p, s in zip(prompts, [5, 6, 7])]
     finally:
-        common.SHARE_PROMPT = True
+        speed.SHARE_PROMPT = True
     for t, a in zip(together, alone):
         assert [g.token_ids for g in t] == [g.token_ids for g in a]
         assert [g.finish for g in t] == [g.finish for g in a]
@@ -419,15 +421,15 @@ def test_prefix_cache_is_kept_per_steering(tiny):
     model, tok = tiny
     layer = common.decoder_layers(model)[1]
     head = "Question: a prompt long enough to be cached\nAnswer:"
-    common.REUSE_PREFIX = False
+    speed.REUSE_PREFIX = False
     try:
         plain_ref = common.greedy(model, tok, head + " z", max_new_tokens=6).token_ids
         with common.add_to_output(layer, torch.ones(32)):
             steered_ref = common.greedy(model, tok, head + " xy", max_new_tokens=6).token_ids
     finally:
-        common.REUSE_PREFIX = True
+        speed.REUSE_PREFIX = True
     assert plain_ref != steered_ref
-    common.forget_prefix()
+    speed.forget_prefix()
     common.greedy(model, tok, head + " x", max_new_tokens=6)                 # a plain cache of the head
     seen, h = [], model.model.embed_tokens.register_forward_hook(lambda m, i, o: seen.append(i[0].shape[1]))
     try:
@@ -522,7 +524,7 @@ def test_fast_path_equals_the_reference(tiny_real):
     row's hidden state at its final EOS-substituted position, on both tokenizer kinds."""
     model, tok = tiny_real
     mlp = common.decoder_layers(model)[1].mlp
-    common.forget_prefix()
+    speed.forget_prefix()
     head = "Question: Who directed the film Laughter In Hell? Answer: The film"
     prompts = [head + " Laughter", head + " was directed by", "What is the capital of France?"]
     kw = dict(max_new_tokens=10, stop=("e", "o"), hidden_module=mlp)
@@ -555,8 +557,8 @@ def test_reference_reads_the_hidden_state_at_the_substituted_eos(tiny_real):
 
 def test_plain_runs_the_reference(tiny, monkeypatch):
     model, tok = tiny
-    monkeypatch.setattr(common, "PLAIN", True)
-    monkeypatch.setattr(common, "_prefill", lambda *a: pytest.fail("--plain used the fast path"))
+    monkeypatch.setattr(speed, "PLAIN", True)
+    monkeypatch.setattr(speed, "_prefill", lambda *a: pytest.fail("--plain used the fast path"))
     mlp = common.decoder_layers(model)[1].mlp
     g = common.greedy(model, tok, ["Question: abc", "xyz"], max_new_tokens=6, hidden_module=mlp)
     assert_same(g, [common.reference(model, tok, p, max_new_tokens=6, hidden_module=mlp)[0]
@@ -609,7 +611,7 @@ def test_fast_path_equals_the_reference_on_smollm2():
 
 
 # ----------------------------------------------------------------------------------------------
-# --linear onednn: oneDNN's linear layers (common.OneDNNLinear) against the plain modules
+# --linear onednn: oneDNN's linear layers (models.OneDNNLinear) against the plain modules
 
 def wide_model(tok, tie=False):
     """A random LLaMA wide enough (256) that oneDNN's sums round differently from MKL's."""
@@ -621,21 +623,21 @@ def wide_model(tok, tie=False):
                       pad_token_id=tok.pad_token_id, tie_word_embeddings=tie, attention_bias=True)
     model = LlamaForCausalLM(cfg).eval()
     model.generation_config.eos_token_id = tok.eos_token_id
-    common.use_grouped_attention(model)
+    speed.use_grouped_attention(model)
     return model
 
 
 def onednn_twin(model):
     import copy
     twin = copy.deepcopy(model)
-    common.use_onednn_linear(twin)
+    models.use_onednn_linear(twin)
     return twin
 
 
 def test_onednn_linear_equals_nn_linear_on_any_input_shape():
     torch.manual_seed(0)
     lin = torch.nn.Linear(300, 500)
-    fast = common.OneDNNLinear(lin)
+    fast = models.OneDNNLinear(lin)
     assert (fast.weight.shape, fast.weight.dtype, fast.weight.is_mkldnn) == (lin.weight.shape, torch.float32, True)
     x = torch.randn(2, 7, 300)
     with torch.no_grad():
@@ -653,12 +655,12 @@ def test_onednn_fast_path_equals_the_plain_reference(tiny_real):
     plain = wide_model(tok)
     fast = onednn_twin(plain)
     assert not any(type(m) is torch.nn.Linear for m in fast.modules())
-    assert sum(isinstance(m, common.OneDNNLinear) for m in fast.modules()) == 2 * 7 + 1
+    assert sum(isinstance(m, models.OneDNNLinear) for m in fast.modules()) == 2 * 7 + 1
     ids = torch.tensor([common.encode(tok, "Question: What is the capital of France?")])
     with torch.no_grad():
         a, b = plain(ids).logits, fast(ids).logits
     assert 0 < float((a - b).abs().max()) < 1e-4          # rounding differs, within tolerance
-    common.forget_prefix()
+    speed.forget_prefix()
     mlp = lambda m: common.decoder_layers(m)[1].mlp        # noqa: E731  SeaKR's hook point
     head = "Question: Who directed the film Laughter In Hell? Answer: The film"
     prompts = [head + " Laughter", head + " was directed by", "What is the capital of France?"]
@@ -705,7 +707,7 @@ def test_tied_lm_head_stays_plain_and_shares_the_embedding():
     assert plain.lm_head.weight is plain.get_input_embeddings().weight
     fast = onednn_twin(plain)
     assert type(fast.lm_head) is torch.nn.Linear and fast.lm_head.weight is fast.get_input_embeddings().weight
-    assert isinstance(common.decoder_layers(fast)[0].mlp.down_proj, common.OneDNNLinear)
+    assert isinstance(common.decoder_layers(fast)[0].mlp.down_proj, models.OneDNNLinear)
     ids = torch.tensor([common.encode(tok, "What is the capital of France?")])
     with torch.no_grad():
         assert torch.allclose(plain(ids).logits, fast(ids).logits, atol=1e-4)
@@ -715,7 +717,7 @@ def test_tied_lm_head_stays_plain_and_shares_the_embedding():
 def test_onednn_fast_path_equals_the_plain_reference_on_smollm2():
     plain, tok = common.load_model("smollm2-135m", "float32", "cpu", "plain")
     fast, _ = common.load_model("smollm2-135m", "float32", "cpu", "onednn")
-    assert any(isinstance(m, common.OneDNNLinear) for m in fast.modules())
+    assert any(isinstance(m, models.OneDNNLinear) for m in fast.modules())
     assert type(fast.lm_head) is torch.nn.Linear           # tied to the embedding: kept plain
     mlp = lambda m: common.decoder_layers(m)[len(common.decoder_layers(m)) // 2 - 1].mlp   # noqa: E731
     prompt = common.chat_prompt(tok, "Who directed the film Laughter In Hell?")

@@ -42,9 +42,14 @@ def test_imports_run_the_way_the_readme_draws_them():
     g = graph()
     assert g["retrieval"] == set() and g["eval"] == set()      # the bottom floor: no project import
     assert g["questions"] <= {"retrieval"}
-    assert g["common"] <= {"retrieval", "eval", "questions"}
+    assert g["models"] <= {"retrieval"}                          # the model files, the CPU, precision, kernels
+    assert g["speed"] <= {"models", "retrieval"}                 # the fast path and the call cache: never common
+    assert g["common"] <= {"speed", "models", "retrieval", "eval", "questions"}
     for method in ("seakr", "ctrla", "rowen"):
-        assert g[method] <= {"common", "eval"}, method        # never another method file
+        assert g[method] <= {"common", "eval"}, method        # never another method file, nor analysis
+    # what reads run files sits above the methods: it may import them, none imports it
+    assert g["analysis"] <= {"seakr", "ctrla", "rowen", "common", "eval"}
+    assert not any("analysis" in g[m] for m in MODULES)
     assert g["view"] <= {"eval"}
 
 

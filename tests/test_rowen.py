@@ -1,16 +1,19 @@
-"""Rowen: the spec's facts (shared/specs/rowen.md section 10), scripted pipelines with hand-computed
+"""Rowen: the official code's facts (dhx20150812/Rowen), scripted pipelines with hand-computed
 scores, batching and call counts, and the loop on tiny random models."""
 import argparse
 import hashlib
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
 
+import analysis
 import common
 import eval as metrics
 import rowen
+import speed
 from conftest import make_model
 
 CORPUS = [{"id": f"p{i}", "title": t, "text": x} for i, (t, x) in enumerate([
@@ -24,7 +27,7 @@ CORPUS = [{"id": f"p{i}", "title": t, "text": x} for i, (t, x) in enumerate([
 # ---------------------------------------------------------------------------------------------- parsing
 
 def test_perturbations_numbering_headers_blanks_and_cap():
-    # the spec's example: the official parser gives ["Sure! Here are 6...", "", "A?", "3. B?"]
+    # the official parser (run_truthfulqa.py) gives ["Sure! Here are 6...", "", "A?", "3. B?"]
     assert rowen.parse_perturbations("Sure! Here are 6 questions:\n\n1. A?\n 3. B?", 6) == ["A?", "B?"]
     text = "SEMANTICALLY EQUIVALENT PERTERBATIONS:\n1. A?\n2) B?\n- C?\n* D?\n**E?**\n\"F?\"\n   \n7. G?"
     assert rowen.parse_perturbations(text, 6) == ["A?", "B?", "C?", "D?", "E?", "F?"]     # at most k
@@ -369,6 +372,8 @@ def test_chat_template_and_transcript():
 def test_the_docstring_says_truthfulqa_has_no_gpt_judge_and_what_stands_in():
     doc = " ".join(rowen.__doc__.split())
     assert "no GPT-judge, the paper's headline metric" in doc and "`closer_to_correct`" in doc
+    page = " ".join((Path(__file__).parents[1] / "docs" / "rowen.md").read_text().split())
+    assert "no GPT-judge, the paper's headline metric" in page and "`closer_to_correct`" in page
     assert "closer_to_correct" in metrics.NO_GPT_JUDGE
 
 
@@ -727,17 +732,17 @@ def test_cli_on_tiny_models(tmp_path, monkeypatch, tiny, verifier):
 
 def test_run_name_keeps_settings_apart():
     def name(**kw):
-        defaults = dict(mode="hybrid", never_retrieve=False, always_retrieve=False, threshold=None, k=6, alpha=1.0,
+        defaults = dict(mode="hybrid", retrieve="adaptive", threshold=None, k=6, alpha=1.0,
                         target_language="Chinese", verifier=rowen.VERIFIER, repair_prompt="official")
         return rowen.run_name(argparse.Namespace(**{**defaults, **kw}))
     assert name() == "rowen-hybrid"
-    assert name(mode="cl", never_retrieve=True, verifier="x/y") == "rowen-cl-never"     # cl uses no verifier
+    assert name(mode="cl", retrieve="never", verifier="x/y") == "rowen-cl-never"     # cl uses no verifier
     assert name(threshold=1.2, target_language="German", k=4) == "rowen-hybrid-t1.2-k4-german"
     assert name(alpha=0.5) == "rowen-hybrid-a0.5"
     assert name(threshold=1.2, k=4, alpha=1.5, target_language="German") == "rowen-hybrid-t1.2-k4-a1.5-german"
     assert name(mode="cm", target_language="German", verifier="org/Model-7B") == "rowen-cm-v-Model-7B"
     # ours (the repair prompt of the runs in results/) is named; the official default is not
-    assert name(always_retrieve=True, repair_prompt="correct") == "rowen-hybrid-always-repair-correct"
+    assert name(retrieve="always", repair_prompt="correct") == "rowen-hybrid-always-repair-correct"
 
 
 # ---------------------------------------------------------------------------------------------- embedded models
@@ -767,23 +772,23 @@ def test_modes_re_read_from_one_hybrid_always_run():
                                           "queries": ["q1", "q2"], "initial_answer": "r0",
                                           "final_answer": "repaired"}}
     # thresholds 0.6 (CL), 0.8 (CM), 0.5 (hybrid): Z_CL 0.5 retrieves, Z_CM 1.0 does not, 1.5 does not
-    modes = rowen.modes_from_run([row("a", 0.5, 1.0), row("b", 0.0, 0.0)])
+    modes = analysis.modes_from_run([row("a", 0.5, 1.0), row("b", 0.0, 0.0)])
     assert [r["prediction"] for r in modes["cl"]] == ["repaired", "repaired"]
     assert [r["prediction"] for r in modes["cm"]] == ["r0", "repaired"]
     assert [r["prediction"] for r in modes["hybrid"]] == ["r0", "repaired"]
     assert [r["prediction"] for r in modes["never"]] == ["r0", "r0"]
     assert [r["retrievals"] for r in modes["cm"]] == [0, 2]
     # any threshold: hybrid Z = 1.5 and 0.0
-    sweep = {t: [r["prediction"] for r in rowen.at_threshold([row("a", 0.5, 1.0), row("b", 0.0, 0.0)], "hybrid", t)]
+    sweep = {t: [r["prediction"] for r in analysis.at_threshold([row("a", 0.5, 1.0), row("b", 0.0, 0.0)], "hybrid", t)]
              for t in (0.0, 1.0, 1.5, 1.6)}
     assert sweep == {0.0: ["r0", "r0"], 1.0: ["r0", "repaired"], 1.5: ["r0", "repaired"], 1.6: ["repaired"] * 2}
     # Z exactly at the threshold keeps r0; StrategyQA answers are read as yes / no
     sq = row("c", 0.6, 0.8, task="strategyqa")
     sq["trace"].update(initial_answer="No.", final_answer="Yes, it can.")
-    modes = rowen.modes_from_run([sq])
+    modes = analysis.modes_from_run([sq])
     assert modes["cl"][0]["prediction"] == "no" and modes["hybrid"][0]["prediction"] == "no"
     with pytest.raises(common.InputError):
-        rowen.modes_from_run([{**row("d", 0.1, None), "id": "d"}])
+        analysis.modes_from_run([{**row("d", 0.1, None), "id": "d"}])
 
 
 def test_modes_from_cli_reads_the_first_rows(tmp_path, capsys):
@@ -794,7 +799,7 @@ def test_modes_from_cli_reads_the_first_rows(tmp_path, capsys):
     path = tmp_path / "run.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in [row("a", 1.0, "Rome"), row("b", 0.0, "Paris"),
                                                            row("c", 0.0, "Oslo")]))
-    rowen.main(["--modes-from", str(path), "--limit", "2"])
+    analysis.main(["modes", str(path), "--limit", "2"])
     out = capsys.readouterr().out
     # hybrid Z 2.0 keeps r0 "Rome" (wrong), Z 0 repairs to "Paris": EM 50; never: Rome, Paris: EM 50
     assert "| rowen-hybrid | 2 | 50.0 |" in out and "| rowen-never | 2 | 50.0 |" in out
@@ -807,7 +812,7 @@ def test_detection_quality_auc_and_flag_rates():
         return {"id": r0, "answers": ["Paris"], "trace": {"task": "qa", "initial_answer": r0, "z_cl": z_cl,
                                                           "z_cm": z_cm, "alpha": 1.0}}
     rows = [row("Paris", 1.0, 0.5), row("It is Paris.", 0.5, 1.0), row("Lyon", 0.5, 0.0), row("Nice", 0.0, 1.0)]
-    q = rowen.detection_quality(rows)
+    q = analysis.detection_quality(rows)
     assert (q["n"], q["wrong"]) == (4, 2)
     # Z_CL: right {1.0, 0.5} vs wrong {0.5, 0.0}: pairs 1, 1, 0.5, 1 -> 3.5 / 4
     assert q["cl"]["auc"] == 0.875
@@ -816,7 +821,7 @@ def test_detection_quality_auc_and_flag_rates():
     # hybrid: right {1.5, 1.5} vs wrong {0.5, 1.0}: all pairs won; threshold 0.5 retrieves none (0.5 is not < 0.5)
     assert q["hybrid"] == {"auc": 1.0, "threshold": 0.5, "retrieve_wrong": 0.0, "retrieve_right": 0.0}
     with pytest.raises(common.InputError):
-        rowen.detection_quality([row("Paris", 1.0, None)])
+        analysis.detection_quality([row("Paris", 1.0, None)])
 
 
 def test_modes_and_detection_take_alpha_from_each_trace(tmp_path, capsys):
@@ -827,23 +832,23 @@ def test_modes_and_detection_take_alpha_from_each_trace(tmp_path, capsys):
                                           "z": z_cl + alpha * z_cm, "alpha": alpha, "retrieved": True,
                                           "queries": ["q1", "q2"], "initial_answer": initial, "final_answer": "Paris"}}
     rows = [row("a", 0.0, 0.8, "Rome"), row("b", 0.5, 0.0, "Paris")]
-    assert rowen.mode_score(rows[0]["trace"], "hybrid") == pytest.approx(0.4)
-    assert [r["prediction"] for r in rowen.modes_from_run(rows)["hybrid"]] == ["Paris", "Paris"]   # a repaired, b kept
+    assert analysis.mode_score(rows[0]["trace"], "hybrid") == pytest.approx(0.4)
+    assert [r["prediction"] for r in analysis.modes_from_run(rows)["hybrid"]] == ["Paris", "Paris"]   # a repaired, b kept
     # detection: right r0 (b) has hybrid Z 0.5, wrong r0 (a) 0.4: AUC 1 (with alpha 1.0: 0.8 > 0.5, AUC 0)
-    q = rowen.detection_quality(rows)
+    q = analysis.detection_quality(rows)
     assert q["hybrid"] == {"auc": 1.0, "threshold": 0.5, "retrieve_wrong": 1.0, "retrieve_right": 0.0}
     # the signals table reads the same Z, as the run recorded it
     assert metrics.signal_scores(rows)[1]["-Z_hybrid"] == [pytest.approx(-0.4), pytest.approx(-0.5)]
-    # --modes-from: the run's alpha, whatever --alpha says
+    # analysis.py modes: the run's alpha (its traces'), never rowen.ALPHA
     path = tmp_path / "run.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    rowen.main(["--modes-from", str(path), "--alpha", "2"])
+    analysis.main(["modes", str(path)])
     out = capsys.readouterr().out
     assert "| rowen-hybrid | 2 | 100.0 |" in out
     assert "Z_hybrid: AUC 1.0; below threshold 0.5 it retrieves 1.0 of wrong and 0.0 of right answers" in out
     # rows of runs with different alphas are each read with their own
     mixed = [row("a", 0.0, 0.8, "Rome", alpha=1.0), row("b", 0.5, 0.0, "Paris")]
-    assert [rowen.mode_score(r["trace"], "hybrid") for r in mixed] == [pytest.approx(0.8), pytest.approx(0.5)]
+    assert [analysis.mode_score(r["trace"], "hybrid") for r in mixed] == [pytest.approx(0.8), pytest.approx(0.5)]
 
 
 def test_settings_name_the_threshold_the_run_used(tmp_path, monkeypatch, tiny_real):
@@ -861,21 +866,21 @@ def test_settings_name_the_threshold_the_run_used(tmp_path, monkeypatch, tiny_re
 
 def test_threshold_for_rate_by_hand():
     # scores 0.5, 1, 1, 1.5, 2: candidates 0.5 (none below), the midpoints 0.75, 1.25, 1.75 and 2.5 (all)
-    found = rowen.threshold_for_rate([1.0, 0.5, 2.0, 1.0, 1.5], 0.2)
+    found = analysis.threshold_for_rate([1.0, 0.5, 2.0, 1.0, 1.5], 0.2)
     assert found["table"] == [[0.5, 0.0], [0.75, 0.2], [1.25, 0.6], [1.75, 0.8], [2.5, 1.0]]
     assert (found["threshold"], found["rate"]) == (0.75, 0.2)
-    assert rowen.threshold_for_rate([1.0, 0.5, 2.0, 1.0, 1.5], 0.5)["threshold"] == 1.25   # 0.6 is nearest
+    assert analysis.threshold_for_rate([1.0, 0.5, 2.0, 1.0, 1.5], 0.5)["threshold"] == 1.25   # 0.6 is nearest
     # a tie between two rates goes to the lower one (retrieving less): 0.25 lies between 0 and 0.5
-    assert rowen.threshold_for_rate([1.0, 2.0], 0.25) == {"threshold": 1.0, "rate": 0.0,
+    assert analysis.threshold_for_rate([1.0, 2.0], 0.25) == {"threshold": 1.0, "rate": 0.0,
                                                           "table": [[1.0, 0.0], [1.5, 0.5], [2.5, 1.0]]}
     # k = 6: 5/6 + 1/2 and 2/3 + 2/3 are one score, whatever their last bits; between 7/6 and 4/3 the cut is 1.25
     zs = [5 / 6 + 1 / 2, 2 / 3 + 2 / 3, 7 / 6]
-    found = rowen.threshold_for_rate(zs, 0.3)
+    found = analysis.threshold_for_rate(zs, 0.3)
     assert [t for t, _ in found["table"]] == [pytest.approx(7 / 6), 1.25, pytest.approx(4 / 3 + 0.5)]
     assert found["threshold"] == 1.25 and found["rate"] == pytest.approx(1 / 3)
     # a midpoint whose 2 decimals would leave the interval stays unrounded: 1.0 and 1.0001
-    assert rowen.threshold_for_rate([1.0, 1.0001], 0.5)["threshold"] == pytest.approx(1.00005)
-    assert rowen.threshold_for_rate([], 0.2) is None
+    assert analysis.threshold_for_rate([1.0, 1.0001], 0.5)["threshold"] == pytest.approx(1.00005)
+    assert analysis.threshold_for_rate([], 0.2) is None
 
 
 def test_calibrated_pair_gets_its_threshold_and_the_paper_rate_is_read_from_z(tmp_path, capsys):
@@ -890,17 +895,17 @@ def test_calibrated_pair_gets_its_threshold_and_the_paper_rate_is_read_from_z(tm
                                                        "initial_answer": "x"}}
     # hybrid Z 0, 1, 1.5, 2 (x2): 23% of 5 lies nearest 1 of 5 below the cut 0.5
     rows = [row("a", 0.0, 0.0), row("b", 0.5, 0.5), row("c", 1.0, 0.5), row("d", 1.0, 1.0), row("e", 1.0, 1.0)]
-    cal = rowen.rate_calibration(rows)
+    cal = analysis.rate_calibration(rows)
     assert (cal["threshold"], cal["rate"], cal["target"], cal["n"]) == (0.5, 0.2, 0.23, 5)
-    assert rowen.rate_calibration([row("a", 0.0, 0.0, task="strategyqa")], 0.9)["target"] == 0.9
-    assert rowen.rate_calibration([row("a", 0.0, 0.0, task="qa")]) is None          # no paper rate for it
-    assert rowen.rate_calibration([row("a", 0.0, None)]) is None                     # no Z_CM: a CL run
+    assert analysis.rate_calibration([row("a", 0.0, 0.0, task="strategyqa")], 0.9)["target"] == 0.9
+    assert analysis.rate_calibration([row("a", 0.0, 0.0, task="qa")]) is None          # no paper rate for it
+    assert analysis.rate_calibration([row("a", 0.0, None)]) is None                     # no Z_CM: a CL run
     # --modes-from reads the pair from the run's settings: the calibrated pair's hybrid threshold applies
     path = tmp_path / "run.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     path.with_suffix(".settings.json").write_text(json.dumps({"--model": pair[0], "--verifier": pair[1]}))
-    assert rowen.run_models(path) == pair and rowen.run_models(tmp_path / "none.jsonl") == (None, None)
-    rowen.main(["--modes-from", str(path)])
+    assert analysis.run_models(path) == pair and analysis.run_models(tmp_path / "none.jsonl") == (None, None)
+    analysis.main(["modes", str(path)])
     out = capsys.readouterr().out
     assert f"Z_hybrid: AUC None; below threshold {rowen.CALIBRATED[('truthfulqa', *pair)]:g} it retrieves" in out
     assert ("hybrid threshold at the paper's 23% retrieval rate (threshold_for_rate over 5 questions' Z, "
@@ -934,9 +939,9 @@ def test_strategyqa_rows_are_read_at_strategyqa_s_threshold():
     row = {"id": "s", "answers": ["no"], "label": False, "prediction": "yes", "retrievals": 2, "model_calls": 40,
            "seconds": 1.0, "trace": {"task": "strategyqa", "z_cl": 0.5, "z_cm": 0.5, "alpha": 1.0, "retrieved": True,
                                      "queries": ["q1", "q2"], "initial_answer": "No", "final_answer": "Yes"}}
-    assert rowen.modes_from_run([row], *pair)["hybrid"][0]["prediction"] == "no"
-    assert rowen.detection_quality([row], *pair)["hybrid"]["threshold"] == 0.92
-    assert rowen.modes_from_run([{**row, "trace": {**row["trace"], "task": "truthfulqa"}}], *pair)["hybrid"][0][
+    assert analysis.modes_from_run([row], *pair)["hybrid"][0]["prediction"] == "no"
+    assert analysis.detection_quality([row], *pair)["hybrid"]["threshold"] == 0.92
+    assert analysis.modes_from_run([{**row, "trace": {**row["trace"], "task": "truthfulqa"}}], *pair)["hybrid"][0][
         "prediction"] == "Yes"                                              # TruthfulQA's 1.25: repaired
     assert rowen.default_threshold("hybrid", *pair) == 0.5                 # no task: never a task's value
 
@@ -948,10 +953,10 @@ def test_each_calibrated_threshold_is_read_from_its_own_tasks_z(task, rate_of_th
     pair = ("qwen2.5-coder-1.5b", "smollm2-135m")
     path = f"results/{task}50-{pair[0]}/rowen-hybrid-never.jsonl"
     rows = metrics.read_rows(path)
-    assert rowen.run_models(path) == pair and rowen.rows_task(rows) == task and len(rows) == 50
-    assert rowen.rate_calibration(rows)["threshold"] == rowen.CALIBRATED[(task, *pair)]
+    assert analysis.run_models(path) == pair and analysis.rows_task(rows) == task and len(rows) == 50
+    assert analysis.rate_calibration(rows)["threshold"] == rowen.CALIBRATED[(task, *pair)]
     if rate_of_the_other is not None:
-        zs = [rowen.mode_score(r["trace"], "hybrid") for r in rows]
+        zs = [analysis.mode_score(r["trace"], "hybrid") for r in rows]
         assert sum(z < rowen.CALIBRATED[("truthfulqa", *pair)] for z in zs) / 50 == rate_of_the_other
         assert sum(z < rowen.CALIBRATED[(task, *pair)] for z in zs) / 50 == 0.14
 
@@ -1044,11 +1049,58 @@ def test_repair_again_on_a_tiny_model_gives_back_the_stored_outputs(tmp_path, mo
     src, again = tmp_path / "run.jsonl", tmp_path / "again.jsonl"
     rowen.main(["--dataset", "strategyqa", "--limit", "2", "--k", "1", "--always-retrieve", "--repair-prompt", "correct",
                 "--output", str(src)])
-    served = common.CACHE_STATS["served"]
+    served = speed.CACHE_STATS["served"]
     for _ in range(2):       # the second time from the call cache (--cache), as other runs
         rowen.main(["--repair-again", str(src), "--repair-prompt", "correct", "--cache", str(tmp_path / "cache"),
                     "--overwrite", "--output", str(again)])
         old, new = metrics.read_rows(src), metrics.read_rows(again)
         assert [r["trace"]["repair_output"] for r in new] == [r["trace"]["repair_output"] for r in old]
         assert [r["prediction"] for r in new] == [r["prediction"] for r in old] and len(new) == 2
-    assert common.CACHE_STATS["served"] == served + 2
+    assert speed.CACHE_STATS["served"] == served + 2
+
+
+# ---------------------------------------------------------------- the command line
+
+class Parsed(Exception):
+    """Raised where main() has parsed its flags and named its run, before it reads an input or loads a model."""
+
+
+def parsed(monkeypatch, argv: list[str]):
+    """(args, run name) main() builds from argv, stopped at its input check."""
+    def stop(args, method=None, *a, **k):
+        raise Parsed(args, method)
+    monkeypatch.setattr(common, "check_inputs", stop)
+    with pytest.raises(Parsed) as got:
+        rowen.main(argv)
+    return got.value.args
+
+
+@pytest.mark.parametrize("mode, old", [("never", "--never-retrieve"), ("always", "--always-retrieve")])
+def test_retrieve_mode_is_one_value_and_the_old_flags_are_its_aliases(monkeypatch, mode, old):
+    """--retrieve MODE and its old flag give the same run name and recorded settings (one "--retrieve"
+    entry, as SeaKR's and CtrlA's); adaptive is the default."""
+    (new, new_name), (old_args, old_name) = parsed(monkeypatch, ["--retrieve", mode]), parsed(monkeypatch, [old])
+    assert new.retrieve == old_args.retrieve == mode and new_name == old_name == f"rowen-hybrid-{mode}"
+    flags = common.run_settings(new, rowen.__file__)
+    assert flags == common.run_settings(old_args, rowen.__file__) and flags["--retrieve"] == mode
+    assert not {"--never-retrieve", "--always-retrieve"} & set(flags)
+    assert parsed(monkeypatch, [])[0].retrieve == "adaptive"
+    with pytest.raises(SystemExit):         # one mode at a time
+        rowen.main(["--retrieve", "never", "--always-retrieve"])
+
+
+def test_help_lists_the_methods_flags_before_the_engineering_ones(capsys):
+    with pytest.raises(SystemExit):
+        rowen.main(["--help"])
+    out = capsys.readouterr().out.split("\n\n", 1)[1]          # after the usage line
+    groups = [line for line in out.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert groups[-3:] == ["Rowen:", "questions and passages:", "engineering:"]
+    assert out.index("\nRowen:\n") < out.index("--retrieve {") < out.index("\nengineering:\n") < out.index("--model MODEL")
+    # the default thresholds in the help are THRESHOLDS', the table default_threshold reads
+    assert "default: 0.6 cl, 0.8 cm, 0.5 hybrid (rowen.THRESHOLDS)" in " ".join(out.split())
+
+
+def test_modes_from_points_to_analysis(tmp_path):
+    """Reading a run file moved to analysis.py: the old flag names the command that does it now."""
+    with pytest.raises(common.InputError, match=r"--modes-from moved: python analysis.py modes RUN.jsonl --limit 3$"):
+        rowen.main(["--modes-from", "RUN.jsonl", "--limit", "3"])

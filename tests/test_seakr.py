@@ -1,16 +1,19 @@
-"""SeaKR: the spec's facts (shared/specs/seakr.md section 11) and the loop on a tiny model."""
+"""SeaKR: the official code's facts (THU-KEG/SeaKR, checked by hand) and the loop on a tiny model."""
 import inspect
 import json
 import math
 import types
+from pathlib import Path
 
 import pytest
 import torch
 
+import analysis
 import common
 import retrieval
 import eval as metrics
 import seakr
+import speed
 
 
 def test_eigen_score_hand_computed():
@@ -45,7 +48,7 @@ def test_retrieval_decision_is_strict():
 
 def test_threshold_table_hand_computed():
     # scores 1..20; questions 1, 2, 3 answered right without retrieval
-    t = seakr.threshold_table([(float(i), i <= 3) for i in range(20, 0, -1)])
+    t = analysis.threshold_table([(float(i), i <= 3) for i in range(20, 0, -1)])
     assert [r["delta"] for r in t["table"]] == list(range(2, 21))    # the 5%..95% quantiles
     first = t["table"][0]                                            # delta 2: keep 1, 2
     assert first["retrieval_rate"] == 18 / 20 and first["acc_kept"] == 1.0
@@ -54,14 +57,14 @@ def test_threshold_table_hand_computed():
     assert t["paper"] == 14          # kept 3 of 14 right (78.6% wrong); at 15, 80% wrong: not under 80%
     assert (t["n"], t["n_right"], t["min"], t["median"], t["max"]) == (20, 3, 1.0, 11.0, 20.0)
     # only the most uncertain question right: the paper's condition is met nowhere; sides >= 10% each
-    t = seakr.threshold_table([(float(i), i == 20) for i in range(1, 21)])
+    t = analysis.threshold_table([(float(i), i == 20) for i in range(1, 21)])
     assert t["paper"] is None and t["gap"] == 2
 
 
 def test_smollm2_threshold_is_our_rule_on_the_shipped_calibration_file():
     path = common.DATA_DIR.parent / "results" / "nq200" / "seakr-calibrate.jsonl"
     rows = seakr.metrics.read_rows(path)
-    t = seakr.threshold_table([(r["score"], r["right"]) for r in rows])
+    t = analysis.threshold_table([(r["score"], r["right"]) for r in rows])
     assert (t["n"], t["n_right"], t["paper"]) == (200, 6, None)
     assert seakr.THRESHOLDS["smollm2-135m"] == t["gap"] == 3.69            # was 3.01
 
@@ -69,7 +72,7 @@ def test_smollm2_threshold_is_our_rule_on_the_shipped_calibration_file():
 def test_qwen_coder_threshold_is_the_papers_condition_on_the_shipped_calibration_file():
     path = common.DATA_DIR.parent / "results" / "nq200-qwen2.5-coder-1.5b" / "seakr-calibrate.jsonl"
     rows = seakr.metrics.read_rows(path)
-    t = seakr.threshold_table(seakr.calibration_pairs(rows))
+    t = analysis.threshold_table(analysis.calibration_pairs(rows))
     # 30 kept at 0.41, 7 of them right: 76.7% wrong, under the paper's 80%; the next candidate, 0.58,
     # keeps 40 with 7 right (82.5% wrong)
     assert (t["n"], t["n_right"], t["paper"], t["gap"]) == (200, 22, 0.41, 0.13)
@@ -129,7 +132,7 @@ def test_forced_continuation_read_to_its_first_comma_or_period_else_whole():
 
 def as_generated(tok, raw: str, stop) -> common.Generation:
     """`raw` as the model's decoding returns it: tokens up to the one whose decoded prefix first holds
-    a stop string (that token kept), the text cut before the stop (common._decode does the same)."""
+    a stop string (that token kept), the text cut before the stop (speed._decode does the same)."""
     ids = tok(raw, add_special_tokens=False)["input_ids"]
     for n in range(1, len(ids) + 1):
         text = common.decode_continuations(tok, [ids[:n]])[0]
@@ -341,7 +344,7 @@ def test_a_repeated_query_is_told_by_its_whole_text_before_the_cut_to_64_tokens(
 
         def search(self, query, k):
             self.queries.append(query)
-            return []      # nothing new: rerank returns before any model call
+            return []      # nothing new: the loop ends before any model call
 
     tail = " ".join(f"Word{i}" for i in range(70))
     index, searched = Index(), set()
@@ -349,13 +352,32 @@ def test_a_repeated_query_is_told_by_its_whole_text_before_the_cut_to_64_tokens(
         text = f"{head} {tail}"
         ids = real_tok(text, add_special_tokens=False)["input_ids"]
         gen = common.Generation(common.decode_continuations(real_tok, [ids])[0], ids, [math.log(0.95)] * len(ids), ". ")
-        entry = {}
-        assert seakr.rerank(None, real_tok, index, "", "Q?", [], [], searched, seakr.Call(text, 1.0, gen),
-                            None, None, entry) is None
-        assert entry["query"] == seakr.truncate_query(real_tok, seakr.query_from_step(real_tok, gen, text, "Q?", ""))
+        full, query, hits = seakr.search(real_tok, index, seakr.Call(text, 1.0, gen), "Q?", [], [], searched)
+        searched.add(full)      # as solve_multihop does
+        assert hits == []
+        assert query == seakr.truncate_query(real_tok, seakr.query_from_step(real_tok, gen, text, "Q?", ""))
     assert len(index.queries) == 2 and index.queries[0] == index.queries[1]   # the same last 64 tokens
     assert len(real_tok(index.queries[0], add_special_tokens=False)["input_ids"]) <= seakr.QUERY_MAX_TOKENS
     assert not index.queries[0].startswith(("Alpha", "Beta"))
+
+
+def test_search_and_rerank_return_what_they_change_and_leave_their_inputs_alone(real_tok, monkeypatch):
+    """search and rerank take what they use and return what they choose (the query, the passages, the chosen
+    call, passage and candidates' record); the caller's buffers are the caller's to extend."""
+    calls = [seakr.Call("So the answer is Alpha.", -6.0, None), seakr.Call("So the answer is Gamma.", -9.0, None)]
+    monkeypatch.setattr(seakr, "call_many", lambda model, tok, prompts, stop, s, budget: calls[:len(prompts)])
+    steps, docs, searched = ["Beta was born somewhere."], [CORPUS[0]], {"an earlier query"}
+    before = (list(steps), list(docs), set(searched))
+    ids = real_tok("Beta born Gamma", add_special_tokens=False)["input_ids"]
+    gen = common.Generation("Beta born Gamma", ids, [0.0] * len(ids), ". ")
+    full, query, hits = seakr.search(real_tok, common.BM25(CORPUS), seakr.Call("Beta born Gamma", 1.0, gen),
+                                     "Where was Beta born?", steps, docs, searched)
+    assert hits and CORPUS[0]["id"] not in [h["id"] for h in hits]       # not a passage the buffer holds
+    prompts = ["P1", "P2"]
+    chosen, passage, record = seakr.rerank(None, real_tok, hits[:2], prompts, ("\n",), None, None)
+    assert (chosen, passage) == (calls[1], hits[1]) and [c["id"] for c in record] == [h["id"] for h in hits[:2]]
+    assert (steps, docs, searched, prompts) == (*before, ["P1", "P2"])   # nothing of the caller's changed
+    assert len(inspect.signature(seakr.rerank).parameters) <= 8 >= len(inspect.signature(seakr.search).parameters)
 
 
 @pytest.mark.slow
@@ -363,7 +385,7 @@ def test_query_alignment_on_the_embedded_gemma_tokenizer():
     """The same cases on a real SentencePiece tokenizer (Gemma 3's "▁" pieces and byte fallback, from the
     embedded GGUF; unlike LLaMA's, its decoder keeps a lone token's leading space)."""
     from transformers import AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(common._convert_embedded("gemma3-270m"))
+    tok = AutoTokenizer.from_pretrained(common.model_path("gemma3-270m"))
     assert tok.convert_ids_to_tokens(tok("a Cahn", add_special_tokens=False)["input_ids"])[1].startswith("▁")
     for text, unsure, question, previous, query in QUERY_CASES:
         gen = step_generation(tok, text, unsure)
@@ -405,7 +427,7 @@ def test_call_scores_samples_with_one_prefill(tiny, monkeypatch, fed_tokens):
     budget = seakr.Budget(seed=3)
     # no prefix cache: any other decode of the prompt would feed all of it again (with the cache, only
     # its last token, a pass of one position, not counted as a prefill)
-    monkeypatch.setattr(common, "REUSE_PREFIX", False)
+    monkeypatch.setattr(speed, "REUSE_PREFIX", False)
     with fed_tokens(model) as fed:
         c = seakr.call(model, tok, "Question: ab\nAnswer:", ("\n",), s, budget)
     prefills = [n for n in fed if n > 1]
@@ -783,14 +805,16 @@ def test_citations_and_layout():
     assert "paper 4.4" not in src
     # 7 steps and 5 retrievals are the official README's, not paper 4.1.3's
     assert "official README --max_reasoning_steps 7" in src.split("MAX_STEPS = 7")[1].split("\n")[0]
-    doc = " ".join(seakr.__doc__.split())
-    assert "(7 steps, 5 retrievals: the official README's;" in doc and "4.1.3 applies them" not in doc
+    page = " ".join((Path(__file__).parents[1] / "docs" / "seakr.md").read_text().split())
+    assert "At most 7 steps and 5 retrievals (the official README's" in page and "4.1.3 applies them" not in page
+    assert "7 steps or 5 retrievals (official README)" in " ".join(seakr.__doc__.split())
     assert "SIMPLE_QA_N = 10        # passages tried one by one in simple QA [official eval_singlehop" in src
     assert "[paper 4.1.3" not in src.split("SIMPLE_QA_N = 10")[1].split("\n")[0]
-    # calibration is no part of the method: after main(), before the entry point
-    line = {f: inspect.getsourcelines(getattr(seakr, f))[1] for f in ("main", "threshold_table", "calibrate")}
-    assert line["main"] < line["threshold_table"] < line["calibrate"]
+    # calibration is no part of the method: its model run after main(), its table in analysis.py
+    line = {f: inspect.getsourcelines(getattr(seakr, f))[1] for f in ("main", "calibrate")}
+    assert line["main"] < line["calibrate"]
     assert src.index("def calibrate") < src.index('if __name__ == "__main__":')
+    assert not any(hasattr(seakr, f) for f in ("threshold_table", "print_calibration", "calibration_pairs"))
     assert '"Answer: "' in seakr.__doc__ or "trailing space" in seakr.__doc__
 
 
@@ -863,14 +887,18 @@ def test_calibration_writes_a_resumable_run_file(tiny, monkeypatch, tmp_path, ca
                                    "ln_entropy", "samples"}
         assert r["retrievals"] == 0 and r["model_calls"] >= 1
     import eval as metrics
+    pointer = f"accuracy per threshold: python analysis.py calibration {out} --limit 2"
+    assert capsys.readouterr().out.strip().splitlines()[-1] == pointer
+    analysis.main(pointer.split()[5:])      # the table, without a model
     printed = capsys.readouterr().out
     n = sum(r["trace"]["score"] is not None for r in rows)
     right = sum(bool(metrics.accuracy(r["prediction"], r["answers"])) for r in rows)
     assert n == 2 and f"over 2 questions, {right} answered right without retrieval" in printed
-    # a rerun resumes: nothing is answered again, and the table is printed from the file
+    # a rerun resumes: nothing is answered again, and the pointer is printed again
     monkeypatch.setattr(seakr, "answer_once", lambda *a, **k: pytest.fail("answered again"))
     seakr.main(argv)
     assert [json.loads(x) for x in out.read_text().splitlines()] == rows
+    assert capsys.readouterr().out.strip().splitlines()[-1] == pointer
 
 
 def test_settings_name_the_delta_and_layer_the_run_used(tmp_path, monkeypatch, tiny_real):
@@ -949,3 +977,12 @@ def test_simple_qa_cuts_its_query_to_64_tokens_as_the_loop_does(real_tok, monkey
     seakr.solve_simple(None, real_tok, bm25, "P", question, seakr.Settings(delta=0.0, layer=0), seakr.Budget(0))
     assert bm25.queries == [seakr.truncate_query(real_tok, question)] and bm25.queries[0] != question
     assert len(real_tok(bm25.queries[0], add_special_tokens=False)["input_ids"]) <= 64
+
+
+def test_help_lists_the_methods_flags_before_the_engineering_ones(capsys):
+    with pytest.raises(SystemExit):
+        seakr.main(["--help"])
+    out = capsys.readouterr().out.split("\n\n", 1)[1]          # after the usage line
+    groups = [line for line in out.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert groups[-3:] == ["SeaKR:", "questions and passages:", "engineering:"]
+    assert out.index("\nSeaKR:\n") < out.index("--retrieve {") < out.index("\nengineering:\n") < out.index("--model MODEL")
