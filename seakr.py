@@ -15,7 +15,7 @@ ICLR 2025 submission). Official code: THU-KEG/SeaKR (a patched vLLM 0.4.2 + Elas
 Follows the paper's intent and the official code's concrete values; the official code, not the paper,
 in the final reasoning (reason). Differs from the official code, in ways that can change results, in:
 - a step is final when eval.read_answer finds an answer in it read with the ". " stop that cut it
-  (step_answer; official: without it, so the loop went on past most stated answers of the shipped runs);
+  (step_answer; official: without it, which finds none in the last step of 46 of the shipped delta-0.41 run's 50);
 - a step with no non-empty sample has U = +inf, always uncertain (official 0: uncertain only on LLaMA-2's scale);
 - prompts end in "Answer:" without the official trailing space; fed-back steps keep their internal periods;
 - query words are kept by a stop-word list over the whole step (official: spaCy POS tags, last sentence only);
@@ -139,8 +139,9 @@ def step_answer(gen: common.Generation) -> str | None:
     model states its answer; official check_final_step: eval.read_answer of the step). subtle: the step is
     read as the model wrote it, with the ". " stop that cut it, where the official code reads vLLM's text
     without it: "So the answer is Paris" cut from "Paris. It is" is final here (official: not, and the loop
-    goes on). On the shipped HotpotQA runs the official test would not have stopped at the stated answer of
-    most questions (their last step holds no comma or period after its answer)."""
+    goes on). On the shipped HotpotQA runs the official test finds no answer in the last step of 46 of 50
+    questions at delta 0.41 and 35 of 48 at -0.99 (no comma or period after the answer): there the loop would
+    have gone on past the stated answer."""
     return metrics.read_answer(gen.text + (". " if gen.finish == ". " else ""))
 
 
