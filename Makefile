@@ -28,7 +28,6 @@ browser:
 
 demo: setup
 	$(PY) seakr.py --dataset hotpotqa
-	@echo "Each question's decisions, in a page that opens offline: $(PY) view.py $$(ls -t outputs/seakr_hotpotqa_*.jsonl | head -1) -o outputs/demo.html --open"
 
 test: setup browser
 	$(PY) -m pytest -q tests

@@ -549,6 +549,7 @@ def check_inputs(args, method: str | None = None, code_file: str | None = None) 
         raise InputError(f"--limit {args.limit}: give a positive number of questions, or leave --limit out "
                          "for all of them")
     records = load_questions(args)
+    check_skip(args, records)
     device = resolve_device(getattr(args, "device", "auto"))
     LINEAR = linear_of(args)        # what load_model uses in this run unless told otherwise
     resolve_linear(LINEAR, device, resolve_dtype(getattr(args, "dtype", "auto"), device)[0])
@@ -563,6 +564,13 @@ def check_inputs(args, method: str | None = None, code_file: str | None = None) 
     if method is not None:
         _nothing_to_do(args, method, code_file, records)
     return records
+
+
+def check_skip(args, records: list[dict]) -> None:
+    """InputError unless --skip leaves a question of those loaded (checked before any model loads)."""
+    skip = getattr(args, "skip", 0) or 0
+    if skip < 0 or (records and skip >= len(records)):
+        raise InputError(f"--skip {skip}: {len(records)} questions are loaded; skip 0 to {len(records) - 1} of them")
 
 
 def _check_writable(out: Path) -> None:
@@ -710,10 +718,8 @@ def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
     if getattr(args, "plain", False):    # REUSE_PREFIX: CtrlA's monitor cache too
         speed.PLAIN, speed.REUSE_PREFIX, speed.BATCH = True, False, False
     records = check_inputs(args) if records is None else records
-    skip = getattr(args, "skip", 0) or 0
-    if skip < 0 or (records and skip >= len(records)):
-        raise InputError(f"--skip {skip}: {len(records)} questions are loaded; skip 0 to {len(records) - 1} of them")
-    records = records[skip:]
+    check_skip(args, records)
+    records = records[getattr(args, "skip", 0) or 0:]
     out = Path(args.output) if args.output else default_output(method, args)
     rank, world = launcher_rank()
     if world > 1:
@@ -792,7 +798,14 @@ def answer_all(args, method: str, solve, records: list[dict], out: Path) -> dict
         print(f"{failed} of {len(rows)} questions failed (scored as wrong; each row's \"error\" says why)")
     out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"wrote {out} ({len(rows)} questions; settings and summary beside it)", file=sys.stderr)
+    if launcher_rank()[1] == 1:      # a shard's file goes; run_shard names the merged one
+        print(view_hint(out), file=sys.stderr)
     return summary
+
+
+def view_hint(out: Path) -> str:
+    """The line every run ends with: the command that shows its file's decisions (view.py)."""
+    return f"each question's decisions, in a page that opens offline: python view.py {out} -o {out.with_suffix('.html')} --open"
 
 
 def shard_file(out: Path, rank: int, world: int) -> Path:
@@ -842,6 +855,7 @@ def run_shard(args, method: str, solve, records: list[dict], out: Path) -> dict:
         print(metrics.format_table([(out.stem, stats)]))
         print(f"wrote {out} ({len(rows)} questions from {world} processes; settings and summary beside it)",
               file=sys.stderr)
+        print(view_hint(out), file=sys.stderr)
     dist.barrier()                       # OUT written before any process ends
     dist.destroy_process_group()
     return summary if rank == 0 else {}

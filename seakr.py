@@ -583,6 +583,11 @@ def main(argv=None):
         args.retrieve = "no-sa-retrieval"
     if args.retrieve in ("never", "ircot") and (args.no_rerank or args.final != "both" or args.calibrate):
         p.error(f"--retrieve {args.retrieve} is a baseline without re-ranking, reasoning strategies or U")
+    if args.samples < 2:        # U of one sample is its norm, not a spread (paper 3.4: k = 20)
+        p.error(f"--samples {args.samples}: the eigen score needs at least 2 samples (paper: 20)")
+    if args.retrieve in ("never", "ircot") and args.threshold is not None:
+        print(f"warning: --threshold {args.threshold:g} is not used by --retrieve {args.retrieve} (no U)",
+              file=sys.stderr)
 
     name = "seakr-calibrate" if args.calibrate else run_name(args.retrieve, not args.no_rerank, args.final)
     # the table that picks delta from a calibration file reads it without a model: analysis.py

@@ -418,3 +418,17 @@ def test_torchrun_seakr_on_the_embedded_model_equals_one_process(tmp_path):
     strip = lambda path: [{k: v for k, v in json.loads(line).items() if k not in ("seconds", "cpu")}
                           for line in path.read_text().splitlines()]
     assert strip(sharded) == strip(alone) and len(strip(alone)) == 4
+
+
+def test_a_run_ends_with_the_command_that_shows_it(tmp_path, capsys):
+    args = make_args(tmp_path, limit=1)
+    common.run(args, "fake", answer)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == (f"each question's decisions, in a page that opens offline: python view.py {args.output} -o "
+                    f"{Path(args.output).with_suffix('.html')} --open")
+
+
+def test_a_skip_past_the_questions_is_refused_before_the_model(tmp_path):
+    args = make_args(tmp_path, skip=5)                      # the fixture holds 3 questions
+    with pytest.raises(common.InputError, match="--skip 5: 3 questions are loaded; skip 0 to 2 of them"):
+        common.check_inputs(args, "fake", __file__)

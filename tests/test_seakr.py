@@ -986,3 +986,14 @@ def test_help_lists_the_methods_flags_before_the_engineering_ones(capsys):
     groups = [line for line in out.splitlines() if line.endswith(":") and not line.startswith(" ")]
     assert groups[-3:] == ["SeaKR:", "questions and passages:", "engineering:"]
     assert out.index("\nSeaKR:\n") < out.index("--retrieve {") < out.index("\nengineering:\n") < out.index("--model MODEL")
+
+
+def test_one_sample_is_refused_and_an_unused_threshold_said(capsys, monkeypatch):
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    with pytest.raises(SystemExit):
+        seakr.main(["--samples", "1", "--limit", "1"])
+    assert "--samples 1: the eigen score needs at least 2 samples" in capsys.readouterr().err
+    # a --skip past the questions is refused before any model loads (after the unused threshold is said)
+    with pytest.raises(common.InputError, match="--skip 99: 16 questions are loaded; skip 0 to 15 of them"):
+        seakr.main(["--retrieve", "never", "--threshold", "0.5", "--skip", "99", "--dataset", "hotpotqa"])
+    assert "warning: --threshold 0.5 is not used by --retrieve never" in capsys.readouterr().err
