@@ -667,13 +667,21 @@ def _resume_check(out: Path, rows: int, settings: dict) -> None:
         raise InputError(f"{out} has {rows} finished questions but no {path.name} to check they are this "
                          f"run's settings; {fixes}")
     old = read_settings(path, f"; {fixes}")
-    for key in sorted(set(old) | set(settings)):
+    if (key := first_difference(old, settings)) is not None:
+        raise InputError(f"{out} was made with {key} = {old.get(key, '(unset)')}, this run has "
+                         f"{settings.get(key, '(unset)')}; {fixes}")
+
+
+def first_difference(old: dict, now: dict) -> str | None:
+    """The first setting (in sorted order) whose value differs between two settings files, or None; a question
+    file or corpus named by another path is the same input when its content is (SAME_BY_CONTENT)."""
+    for key in sorted(set(old) | set(now)):
         content = SAME_BY_CONTENT.get(key)      # a file named by another path is the same input if its bytes are
-        if content and old.get(content) == settings.get(content) and settings.get(content) not in (None, "missing"):
+        if content and old.get(content) == now.get(content) and now.get(content) not in (None, "missing"):
             continue
-        if old.get(key, "(unset)") != settings.get(key, "(unset)"):
-            raise InputError(f"{out} was made with {key} = {old.get(key, '(unset)')}, this run has "
-                             f"{settings.get(key, '(unset)')}; {fixes}")
+        if old.get(key, "(unset)") != now.get(key, "(unset)"):
+            return key
+    return None
 
 
 def _finish_last_line(out: Path) -> None:

@@ -653,7 +653,7 @@ def repair_again(args) -> None:
     # before the model loads, as check_inputs does for a run: a changed setting is refused, finished rows skipped
     if out.exists() and out.with_suffix(".settings.json").exists() and not args.overwrite:
         old = common.read_settings(out.with_suffix(".settings.json"))
-        if (key := next((k for k in sorted(set(old) | set(now)) if old.get(k) != now.get(k)), None)) is not None:
+        if (key := common.first_difference(old, now)) is not None:
             raise common.InputError(f"{out} was made with {key} = {old.get(key, '(unset)')}, this run has "
                                     f"{now.get(key, '(unset)')}; pass another --output, or --overwrite to start it afresh")
         try:

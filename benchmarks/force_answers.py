@@ -53,7 +53,7 @@ def side_settings(args) -> None:
     now = common.run_settings(args, ctrla.__file__)
     if path.exists():
         old = common.read_settings(path)
-        if (key := next((k for k in sorted(set(old) | set(now)) if old.get(k) != now.get(k)), None)) is not None:
+        if (key := common.first_difference(old, now)) is not None:
             raise InputError(f"{path.name}: its forced answers were computed with {key} = {old.get(key, '(unset)')}, "
                              f"this run has {now.get(key, '(unset)')}; pass the same settings, or remove "
                              f"{metrics.side_file(args.run).name} and its settings to start afresh")
