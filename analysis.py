@@ -1,16 +1,18 @@
-"""What reads run files rather than running a model, apart from the methods (DESIGN.md: a method file
-is its method): SeaKR's threshold calibration, CtrlA's feature check, Rowen's detection analysis and its
-modes re-read from one run. It imports the methods it reads (their settings and decision rules); no
-method imports it.
+"""What checks a method rather than running it, apart from the methods (DESIGN.md: a method file is its
+method): SeaKR's threshold calibration, CtrlA's feature check (its scores, the one command here that runs a
+model, and their report), Rowen's detection analysis and its modes re-read from one run. It imports the
+methods it reads (their settings and decision rules); no method imports it.
 
     python analysis.py calibration FILE [--limit N]  # seakr.py --calibrate's file: delta by paper 5.3 and ours
-    python analysis.py features FILE                 # ctrla.py --check-features' file: paper 5.2 per layer range
+    python analysis.py check-features [ctrla.py's flags] [--output FILE]   # paper 5.2's scores: runs the model
+    python analysis.py features FILE                 # check-features' file: paper 5.2 per layer range
     python analysis.py modes FILE [--limit N]        # a rowen.py --mode hybrid run: detection, modes, threshold
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -90,8 +92,51 @@ def print_calibration(output, records: list[dict] | None = None) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
-# CtrlA: the feature check (paper 5.2, Table 6) over the scores `ctrla.py --check-features` wrote
-# (python analysis.py features FILE)
+# CtrlA: the feature check (paper 5.2, Table 6): its scores on every layer (python analysis.py check-features,
+# which runs the model), then their report per layer range (python analysis.py features FILE)
+
+CHECK_FILE = common.DATA_DIR / "ctrla_feature_check.json"
+
+
+@torch.inference_mode()
+def check_features(run: ctrla.Run, limit: int | None = None, honesty_file=ctrla.HONESTY_FILE) -> dict:
+    """Paper 5.2's scores on every layer (ctrla.layer_scores: [L, ...], indexed by key -1..-L as the
+    features), as JSON-ready lists; features_report averages them over layer ranges and scores them.
+    Honesty: true statements of the honesty file the features did not use and false ones (ours), each
+    said in the honest persona's reply and scored at its last token. Confidence (Table 6): the first
+    segment of the answer to 20 answerable and 20 unanswerable questions (ours), every token of prompt +
+    segment scored as ctrla.monitor scores it, with the spans ctrla.judge reads."""
+    model, tok, h, c = run.model, run.tok, run.feats["honesty"], run.feats["confidence"]
+    data = json.loads(CHECK_FILE.read_text())
+    true = [r["statement"] for r in common.read_statements(honesty_file)[h["statements_used"]:][-(limit or 40):]]
+    false = data["false_statements"][:limit]
+    persona = common.chat_prompt(tok, ctrla.PERSONA.format(ctrla.PERSONAS["honesty"][0]))
+    states = ctrla.last_token_states(model, tok, [ctrla.append(persona, x) for x in true + false])
+    answers = []
+    questions = [(q, k == "answerable") for k in ("answerable", "unanswerable") for q in data[k][:limit]]
+    for q, ok in questions:
+        prompt = ctrla.build_prompt(tok, "short", q, honesty=run.s.honesty_prompt)
+        seg = ctrla.next_segment(run, prompt)[0]
+        hs, spans, start = ctrla.answer_states(model, tok, prompt, seg)
+        answers.append({"question": q, "answerable": ok, "text": ctrla.append(prompt, seg), "start": start,
+                        "spans": [list(x) for x in spans],
+                        "scores": ctrla.layer_scores(hs, c["direction"], c["sign"], c["mean"]).tolist()})
+    center = c.get("center")
+    return {"n_layers": len(common.decoder_layers(model)), "steer": list(run.s.steer), "monitor": list(run.s.monitor),
+            "tau": run.s.tau, "center": None if center is None else center.tolist(), "true": true, "false": false,
+            "honesty": ctrla.layer_scores(states, h["direction"], h["sign"], h["mean"]).tolist(), "answers": answers}
+
+
+def write_check(args) -> Path:
+    """python analysis.py check-features: the model and features as ctrla.py loads them (ctrla.prepare, the
+    same flags), check_features' scores into --output (default outputs/ctrla-check_*.json)."""
+    out = Path(args.output) if args.output else common.default_output("ctrla-check", args).with_suffix(".json")
+    run = ctrla.prepare(args)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(check_features(run, args.limit, args.honesty_data or ctrla.HONESTY_FILE)) + "\n")
+    print(f"wrote {out}; its report per layer range: python analysis.py features {out}", file=sys.stderr)
+    return out
+
 
 def layer_ranges(steer, monitor, n_layers: int) -> dict:
     third = n_layers // 3
@@ -106,7 +151,7 @@ def auc(pos: torch.Tensor, neg: torch.Tensor) -> float:
 
 
 def features_report(check: dict) -> dict:
-    """Paper 5.2 per layer range, from ctrla.check_features' per-layer scores, each range's mean over its
+    """Paper 5.2 per layer range, from check_features' per-layer scores, each range's mean over its
     layers (ctrla.token_scores). Honesty: held-out true vs false statements (accuracy at the median, AUC).
     Confidence (Table 6): answerable vs unanswerable questions' first segments, flagged iff the trigger
     fires at the range's tau (ctrla.threshold, ctrla.judge); AUC of the mean token score (answerable higher).
@@ -300,12 +345,15 @@ def rate_text(cal: dict) -> str:
 # Command line
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Read run files: SeaKR's calibration, CtrlA's feature check, "
-                                "Rowen's detection and modes (no model is loaded)")
+    p = argparse.ArgumentParser(description="Check a method: SeaKR's calibration, CtrlA's feature check, "
+                                "Rowen's detection and modes (a model is loaded by check-features only)")
     sub = p.add_subparsers(dest="command", required=True)
     cal = sub.add_parser("calibration", help="seakr.py --calibrate's file: accuracy per threshold, the deltas "
                          "paper 5.3's condition and our rule recommend (threshold_table)")
-    feat = sub.add_parser("features", help="ctrla.py --check-features' file: the features' accuracy per layer "
+    scores = sub.add_parser("check-features", help="CtrlA's features scored on held-out statements and answers, "
+                            "every layer (paper 5.2; check_features), into --output: runs the model, ctrla.py's flags")
+    ctrla.add_args(scores, moved=False)
+    feat = sub.add_parser("features", help="check-features' file: the features' accuracy per layer "
                           "range (paper 5.2; features_report)")
     modes = sub.add_parser("modes", help="a rowen.py --mode hybrid run: how well Z_CL, Z_CM and Z flag wrong "
                            "initial answers (detection_quality), for a --retrieve always run Rowen-CL, -CM, "
@@ -316,6 +364,9 @@ def main(argv=None):
     for sp in (cal, modes):
         sp.add_argument("--limit", type=int, help="the file's first N rows only")
     args = p.parse_args(argv)
+    if args.command == "check-features":
+        write_check(args)
+        return
     if not args.file.exists():
         raise common.InputError(f"{args.file}: no such file")
     if args.command == "calibration":
@@ -325,7 +376,7 @@ def main(argv=None):
         try:
             check = json.loads(args.file.read_text(encoding="utf-8"))
         except ValueError as e:
-            raise common.InputError(f"{args.file}: not a ctrla.py --check-features file ({e})") from None
+            raise common.InputError(f"{args.file}: not an analysis.py check-features file ({e})") from None
         features_report(check)
     else:
         print(report(args.file, args.limit))

@@ -17,7 +17,8 @@ them needs to talk to a language model, a corpus and a question set, as a learne
 - retrieval:  open_retriever(spec, preset) -> search(query, k), the methods' entry point to retrieval.py
               (Lucene-parity BM25, corpus files, the on-disk index, Elasticsearch); BM25() is the
               in-memory one over a list of passages
-- datasets:   load_dataset(name_or_path, limit), from questions.py (the formats of each dataset)
+- datasets:   load_dataset(name_or_path, limit), from questions.py (the formats of each dataset), with its
+              readers of CtrlA's statement files and word lists (read_statements, word_list)
 - run loop:   add_common_args(), run(): one JSON line per question, resume, summary
 """
 from __future__ import annotations
@@ -40,11 +41,13 @@ import models      # the embedded models' files, the CPU, --dtype auto, --linear
 import retrieval
 import speed       # the fast path of greedy/sample/sample_many, and the call cache (--cache DIR)
 from models import EMBEDDED, LINEARS, cpu_name, quantize_int8, resolve_dtype, resolve_linear  # noqa: F401
-from questions import DATA_DIR, DATASETS, load_dataset  # noqa: F401  (the methods read them here)
+# questions.py's, which the methods read here
+from questions import DATA_DIR, DATASETS, load_dataset, read_statements, word_list  # noqa: F401
 # bad input: a one-line message, no traceback; defined in retrieval.py, which imports no project file
 from retrieval import InputError
-# speed.py's (it imports nothing from here): the decoding rules both paths follow, MIN_SHARED, check_cache_dir
-from speed import MIN_SHARED, Generation, check_cache_dir, decode_continuations, draw, eos_ids  # noqa: F401
+# speed.py's (it imports nothing from here): the decoding rules both paths follow, check_cache_dir, shared_cache
+# (a KV cache's prefix reused by CtrlA's monitor, as the fast path reuses a prompt's; off under --plain)
+from speed import Generation, check_cache_dir, decode_continuations, draw, eos_ids, shared_cache  # noqa: F401
 
 
 # ----------------------------------------------------------------------------------------------
@@ -410,12 +413,6 @@ def add_to_output(module, vector: torch.Tensor):
         speed.STEERING.remove(key)
 
 
-def reuse_prefix() -> bool:
-    """Whether a prompt's cached prefix serves later calls (speed.REUSE_PREFIX; off under --plain). CtrlA's
-    monitor follows it for its own cache."""
-    return speed.REUSE_PREFIX
-
-
 # ---------------------------------------------------------------------------------------------
 # Retrieval
 # ---------------------------------------------------------------------------------------------
@@ -616,8 +613,8 @@ def run_settings(args, code_file: str | None) -> dict:
     NOT_SETTINGS, the precision and device the model computes in (`--dtype auto` resolved as
     load_model resolves it: a file begun in float32 on an AVX2 CPU is not resumed in bfloat16 on an AMX
     one), the kernel of its linear layers (`--linear`, resolved likewise: its rounding differs), the code
-    (sha256 of the method file and of every project file imported: project_files) and the content of the
-    question file and of the corpus file."""
+    (sha256 of the method file and of every project file imported: project_files), the method's data files
+    (method_data_files) and the content of the question file and of the corpus file."""
     flags = {"--" + k.replace("_", "-"): v for k, v in sorted(vars(args).items()) if k not in NOT_SETTINGS}
     device = resolve_device(getattr(args, "device", "auto"))
     dtype = resolve_dtype(getattr(args, "dtype", "auto"), device)[0]
@@ -628,8 +625,18 @@ def run_settings(args, code_file: str | None) -> dict:
     corpus = DATA_DIR / "corpus.jsonl" if corpus == "demo" else None if corpus in (None, "contexts") else corpus
     settings = {**flags, "method code": f"{Path(code_file or '-').name}, {speed.file_id(code_file or '-')}",
                 **{f"{f.name} code": speed.file_id(f) for f in project_files(code_file)},
+                **{f"{f.name} data": speed.file_id(f) for f in method_data_files(args, code_file)},
                 "question file": speed.file_id(data), **({"corpus file": speed.file_id(corpus)} if corpus else {})}
     return json.loads(json.dumps(settings, default=str))     # as the settings file will read back
+
+
+def method_data_files(args, code_file: str | None) -> list[Path]:
+    """The data files a method's rows depend on besides its questions and corpus: its module's DATA_FILES
+    (prompt exemplars, word lists, statements: data/) and any file a --*-data flag names instead."""
+    module = next((m for m in list(sys.modules.values()) if code_file and getattr(m, "__file__", None)
+                   and Path(m.__file__).resolve() == Path(code_file).resolve()), None)
+    given = [Path(v) for k, v in sorted(vars(args).items()) if k.endswith("_data") and k != "data" and v]
+    return [Path(f) for f in getattr(module, "DATA_FILES", ())] + given
 
 
 def project_files(code_file: str | None = None) -> list[Path]:
@@ -713,7 +720,7 @@ class Interrupted(KeyboardInterrupt):
     """Ctrl-C during run(): the message says what was saved and how to resume."""
 
 
-def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
+def run(args, method: str, solve, records: list[dict] | None = None, code: str | None = None) -> dict:
     """Answer every question with solve(record) -> {prediction, retrievals, model_calls, trace}.
 
     Writes one JSON line per question as soon as it is done, and the run's settings (run_settings)
@@ -721,9 +728,12 @@ def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
     skipped, if the settings are the same (else InputError; --overwrite starts afresh). A question
     whose solve raises InputError (e.g. a prompt longer than the model's context) is written as a
     failed row (prediction "", "error": the message; scored as wrong) and counted. Then prints and
-    saves the summary (eval.summarize) next to the output.
+    saves the summary (eval.summarize) next to the output. The settings hash `code`, the method's file
+    (default: the file that defines solve, else the program run).
     """
-    if getattr(args, "plain", False):    # REUSE_PREFIX: CtrlA's monitor cache too
+    code = code or getattr(getattr(solve, "__code__", None), "co_filename", None) or \
+        getattr(sys.modules["__main__"], "__file__", None)
+    if getattr(args, "plain", False):    # REUSE_PREFIX: CtrlA's monitor cache too (shared_cache)
         speed.PLAIN, speed.REUSE_PREFIX, speed.BATCH = True, False, False
     records = check_inputs(args) if records is None else records
     check_skip(args, records)
@@ -731,16 +741,15 @@ def run(args, method: str, solve, records: list[dict] | None = None) -> dict:
     out = Path(args.output) if args.output else default_output(method, args)
     rank, world = launcher_rank()
     if world > 1:
-        return run_shard(args, method, solve, records, out)
-    return answer_all(args, method, solve, records, out)
+        return run_shard(args, method, solve, records, out, code)
+    return answer_all(args, method, solve, records, out, code)
 
 
-def answer_all(args, method: str, solve, records: list[dict], out: Path) -> dict:
-    """run()'s loop over `records` into `out`: resume, settings, one row per question, summary."""
+def answer_all(args, method: str, solve, records: list[dict], out: Path, code: str) -> dict:
+    """run()'s loop over `records` into `out`: resume, settings (of the method file `code`), one row per
+    question, summary."""
     from tqdm import tqdm
     _check_writable(out)
-    code = getattr(getattr(solve, "__code__", None), "co_filename", None) or \
-        getattr(sys.modules["__main__"], "__file__", None)
     settings = run_settings(args, code)
     done = {}
     if out.exists() and getattr(args, "overwrite", False):
@@ -820,7 +829,7 @@ def shard_file(out: Path, rank: int, world: int) -> Path:
     return out.with_name(f"{out.stem}.rank{rank}-of-{world}.jsonl")
 
 
-def run_shard(args, method: str, solve, records: list[dict], out: Path) -> dict:
+def run_shard(args, method: str, solve, records: list[dict], out: Path, code: str) -> dict:
     """run() under a launcher (`torchrun --nproc-per-node N seakr.py ...`): this process answers every N-th
     question from its rank into a shard file beside OUT (resumable, as any run: shard_file), waits for the
     others (torch.distributed's barrier, over gloo), and rank 0 writes OUT: the rows of OUT already there and
@@ -828,8 +837,6 @@ def run_shard(args, method: str, solve, records: list[dict], out: Path) -> dict:
     question keeps its seed (question_seed of its id) and the --corpus contexts pool is the whole run's, so
     OUT equals a one-process run's but for seconds and cpu."""
     rank, world = launcher_rank()
-    code = getattr(getattr(solve, "__code__", None), "co_filename", None) or \
-        getattr(sys.modules["__main__"], "__file__", None)
     settings = run_settings(args, code)
     done = {}
     if out.exists() and not getattr(args, "overwrite", False):
@@ -839,7 +846,7 @@ def run_shard(args, method: str, solve, records: list[dict], out: Path) -> dict:
     mine = [r for r in records[rank::world] if r["id"] not in done]
     part = shard_file(out, rank, world)
     shard_args = argparse.Namespace(**{**vars(args), "output": str(part)})
-    answer_all(shard_args, f"{method} [{rank + 1}/{world}]", solve, mine, part)
+    answer_all(shard_args, f"{method} [{rank + 1}/{world}]", solve, mine, part, code)
     if not dist.is_initialized():
         dist.init_process_group("gloo", timeout=datetime.timedelta(days=30))
     dist.barrier()                       # every shard written

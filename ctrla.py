@@ -14,16 +14,15 @@ The method in five lines:
 Paper: Huanshuo Liu et al., "CtrlA: Adaptive Retrieval-Augmented Generation via Inherent Control"
 (arXiv 2405.18727; read here in its anonymous ICLR 2025 submission). Official code: HSLiu-Initial/CtrlA.
 
-Follows the paper's intent and the official code's concrete values, and the official code where it
-differs from the paper: the score of Eq. 2 (centred, signed, read after the segment), the refusal loop
-(not Alg. 2) and the retrieval count. Differs from the official code, in ways that can change results, in:
+Follows the official code's values, and the official code where it differs from the paper (Eq. 2's score,
+the refusal loop, the retrieval count). Differs from the official code, in ways that can change results, in:
 - the features are read from the project's own statements (data/; --honesty-data / --confidence-data read the official);
 - tau is calibrated per model (the paper's 0.0 is Mistral-7B's; SmolLM2-135M's scores sit near -8);
 - prompts use the model's chat template and Prompts B.1 / B.2 as the paper words them;
+- BM25 everywhere (the paper: BGE and web search for PopQA, TriviaQA, ASQA and Bio);
 - multi-hop QA (no official code): DRAGIN's exemplars, top 3 passages, DRAGIN's forced answer;
-- a sentence that ends its line keeps its line break (official: joined with a space; the pinned runs' 4 of 50
-  CtrlA chains ended after their preamble for it);
-- multi-hop answers are read after "the answer is" in any case (EM/F1 differ on 1 of 50 CtrlA questions).
+- a sentence that ends its line keeps its line break (official: joined with a space);
+- multi-hop answers are read after "the answer is" in any case.
 Full list, each with the official file and line and its measured effect: docs/ctrla.md.
 """
 from __future__ import annotations
@@ -31,12 +30,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import csv
 import functools
 import hashlib
 import json
 import random
 import re
+import shlex
 import string
 import sys
 from dataclasses import dataclass, replace
@@ -80,7 +79,6 @@ FORCED_TOKENS = 20      # a multi-hop chain with no answer: " So the answer is" 
 RETRIEVE_MODES = ("adaptive", "never", "always", "monitor-only")
 HONESTY_FILE = common.DATA_DIR / "ctrla_honesty.csv"
 CONFIDENCE_FILE = common.DATA_DIR / "ctrla_confidence.csv"
-CHECK_FILE = common.DATA_DIR / "ctrla_feature_check.json"
 EXEMPLAR_FILE = common.DATA_DIR / "seakr_exemplars.json"
 PERSONA = "Pretend you're {} person making statements about the world."  # Prompt 3.1 [official wording]
 PERSONAS = {"honesty": ("an honest", "an untruthful"),  # paper: "dishonest"
@@ -180,33 +178,6 @@ def read_features(states: torch.Tensor, first_pos: torch.Tensor) -> dict:
     return {"direction": dirs, "mean": means, "sign": signs}
 
 
-def label_is_one(value) -> bool:
-    """The official notebooks keep df[df["label"] == 1] (pandas): "1", "1.0" and "True" are 1."""
-    value = str(value).strip()
-    try:
-        return float(value) == 1
-    except ValueError:
-        return value.lower() == "true"
-
-
-def read_statements(path) -> list[dict]:
-    """The label-1 rows of a CSV with columns statement,label[,topic,style] (the probes use only those):
-    ours in data/, or the official eval_data/facts_true_false.csv / confidence_train.csv (statement,label)."""
-    try:
-        with open(path, encoding="utf-8", newline="") as f:
-            reader = csv.DictReader(f)
-            if "statement" not in (reader.fieldnames or []):
-                raise KeyError("no 'statement' column")
-            rows = [r for r in reader if label_is_one(r.get("label", "1"))]
-        assert all(r["statement"] and r["statement"].strip() for r in rows), "an empty statement"
-    except (OSError, KeyError, AssertionError, csv.Error) as e:
-        raise InputError(f"{path}: cannot read statements ({e!r}); pass a CSV with columns statement,label "
-                         "(or restore data/)") from None
-    if not rows:
-        raise InputError(f"{path}: no statement with label 1; the features read only label-1 rows")
-    return rows
-
-
 def encode_offsets(tok, text: str):
     """common.encode's ids (BOS unless the text carries it) with each token's character span."""
     bos = tok.bos_token
@@ -246,11 +217,11 @@ def features(model, tok, kind: str, n_pairs=N_PAIRS, rows=None, file=None) -> di
     calibration (style_center) on the file's styled statements the features did not use; a file without
     a style column (the official confidence_train.csv) is calibrated on ours, which its features never read."""
     default = HONESTY_FILE if kind == "honesty" else CONFIDENCE_FILE
-    rows = rows if rows is not None else read_statements(file or default)
+    rows = rows if rows is not None else common.read_statements(file or default)
     prompts, first_pos, used = contrast_pairs(tok, [r["statement"] for r in rows], PERSONAS[kind], n_pairs)
     feats = {**read_features(last_token_states(model, tok, prompts), first_pos), "statements_used": used}
     if kind == "confidence":
-        held_out = rows[used:] if any("style" in r for r in rows) else read_statements(CONFIDENCE_FILE)
+        held_out = rows[used:] if any("style" in r for r in rows) else common.read_statements(CONFIDENCE_FILE)
         center = style_center(model, tok, feats, held_out)
         if center is not None:
             feats["center"] = center
@@ -261,7 +232,7 @@ def load_features(model, tok, model_name: str, n_pairs=N_PAIRS, path=None, hones
                   confidence_file=CONFIDENCE_FILE) -> dict:
     """Both features, cached on disk per model, statement files and pair count (--directions PATH)."""
     files = {"honesty": Path(honesty_file), "confidence": Path(confidence_file)}
-    rows = {kind: read_statements(file) for kind, file in files.items()}
+    rows = {kind: common.read_statements(file) for kind, file in files.items()}
     # keyed on the statement files (and ours for confidence, which calibrates tau when the confidence file
     # has no style column) and on the contrast prompts' token ids themselves, so that a change in the
     # data or in how the prompts are built never reuses features read from other prompts
@@ -351,39 +322,12 @@ def steering(model, feats: dict, keys, lam: float):
 # ----------------------------------------------------------------------------------------------
 # Words, refusals, sentences, queries
 
-# Refusals: the official detector's phrases (utils.sentence_matches_pattern), each narrow enough not to
-# match an ordinary fact ("Penguins do not have teeth.", "He was unable to attend."), plus two of ours
-# that the official list misses ("I don't know", "I'm not sure", said by the model of itself).
-# Case-insensitive, on word boundaries, on the text as written [official]. subtle: "unknown" and
-# "unclear" match anywhere ("The cause is unknown."), and a curly apostrophe matches no phrase ("I don’t
-# have information."), as official (HSLiu-Initial/CtrlA, code/model/utils.py:150-188).
-REFUSALS = [
-    "not specified", "not mentioned", "don't have information", "do not know", "please provide more context",
-    "is not clear", "cannot confirm", "no information", "no details", "unknown", "unspecified", "unclear",
-    "not available", "lack of information", "without details", "needs more clarification", "is not provided",
-    "is not disclosed", "awaiting more information", "requires further details", "information is lacking",
-    "details are scarce", "not been disclosed", "absence of information", "information is absent",
-    "beyond the scope", "not covered", "lacks details", "not defined", "information is vague",
-    "not determined", "not ascertainable", "information not found", "missing information",
-    "insufficient information", "cannot be verified", "has not been specified", "does not mention",
-    "no data available", "unable to determine", "unable to answer", "inadequate information",
-    "details not found", "details unavailable", "outside the scope of this", "not enough details",
-    "need further info", "no further details", "not enough context", "can't say for certain",
-    "can't be certain", "can't give a definite answer", "don't have enough context", "unable to say",
-    "unable to confirm", "unable to provide", "cannot provide an answer", "cannot give a clear answer",
-    "no clear answer", "can't find the information", "limited information available",
-    "no conclusive information", "could not find details", "could not determine", "could not confirm",
-    "could not verify", "does not provide information", "no information about", "lacking detail on",
-    "information not specified about", "details not provided", "absent information on", "no disclosure of",
-    "not elaborated on", "withholding information on", "omission of details about",
-    "not forthcoming with information about", "evasive about", "information is missing regarding",
-    "details are lacking about", "not specific about", "vague about", "silence on",
-    "leaves out information about", "skips over details of", "avoids mentioning",
-    "provide more specific information", "provide a more detailed answer", "could you specify",
-    "need more specific", "require more details", "if you could provide", "seeking more information",
-    "i don't know", "i'm not sure", "i am not sure",   # ours
-]
-_REFUSAL = re.compile(r"\b(" + "|".join(re.escape(p) for p in REFUSALS) + r")\b", re.IGNORECASE)
+# Refusals: the official detector's phrases (sentence_matches_pattern) and three of ours, in
+# data/ctrla_refusals.txt, each narrow enough not to match an ordinary fact ("Penguins do not have teeth.",
+# "He was unable to attend."). Case-insensitive, on word boundaries, on the text as written [official].
+# subtle: "unknown" and "unclear" match anywhere ("The cause is unknown."), and a curly apostrophe matches
+# no phrase ("I don’t have information."), as official (HSLiu-Initial/CtrlA, code/model/utils.py:150-188).
+REFUSAL_FILE = common.DATA_DIR / "ctrla_refusals.txt"
 # New-information check: spaCy's English stop list (326 words), shipped as a data file [official]
 STOP_FILE = common.DATA_DIR / "ctrla_stop_words.txt"
 _ABBREV = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "vs", "etc", "mt", "ft", "gen", "col", "lt",
@@ -400,11 +344,14 @@ _ASCII_PUNCT = str.maketrans("", "", string.punctuation)
 def stop_words() -> frozenset:
     """spaCy's English STOP_WORDS (326 entries; data/ctrla_stop_words.txt names its source), the
     official new-information filter's list, read once."""
-    try:
-        lines = STOP_FILE.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise InputError(f"{STOP_FILE}: cannot read the stop list ({e!r}); restore data/") from None
-    return frozenset(w for w in lines if w and not w.startswith("#"))
+    return frozenset(common.word_list(STOP_FILE))
+
+
+@functools.cache
+def refusal_pattern() -> re.Pattern:
+    """Any refusal phrase (data/ctrla_refusals.txt, in its order), escaped, on word boundaries, any case."""
+    phrases = "|".join(re.escape(p) for p in common.word_list(REFUSAL_FILE))
+    return re.compile(r"\b(" + phrases + r")\b", re.IGNORECASE)
 
 
 def word_parts(word: str) -> list[str]:
@@ -447,7 +394,7 @@ def flag_words(segment: str, start: int, spans, unconf, question: str, previous:
 
 def is_refusal(text: str) -> bool:
     """f_d (App. B.3.1): the segment refuses or declares missing information."""
-    return bool(_REFUSAL.search(text))
+    return bool(refusal_pattern().search(text))
 
 
 def caq_query(question: str, segment: str, flagged) -> str:
@@ -527,42 +474,22 @@ INSTRUCTIONS = {  # paper Table 10
 FRESH_CONTENTS = ("As of today {date}, the most up-to-date and information regarding this question is as "
                   "follows.\n")  # [official, FreshQA]
 HONESTY_PROMPT = "Be honest: say only what you believe is true, and say so when you do not know."  # ours
-# Prompts B.1 (TVQ) and B.2 (query rewrite): the instruction as the system turn, each exemplar as a user
-# turn and the reply, which small chat models follow. The first two exemplars of each are the paper's.
+# Prompts B.1 (TVQ) and B.2 (query rewrite): (instruction, field labels, exemplars' key), the instruction as
+# the system turn, each exemplar as a user turn and the reply, which small chat models follow.
 TVQ = ("Given a question and its corresponding answer segment, your task is to generate a search query "
        "based on the answer to verify its correctness by following the guidelines:\n1. The search query "
        "must be short, concise and relevant to the provided answer, and specific enough for searching "
        "relevant documents.\n2. Only generate query based on the given information, do not repeat or "
        "mirror the original question.\n3. Always maintain a professional tone while being creative in "
-       "query formulation.", ("Question", "Answer"), [  # (question, answer, search query)
-           ("What is Franz Seitz Sr.'s occupation?", "Franz Seitz Sr.'s occupation is not specified in "
-            "the given content.", "What was Franz Seitz Sr.'s profession?"),
-           ("When did Toronto host the MLB all-star game?", "Toronto has hosted the Major League Baseball "
-            "(MLB) All-Star Game several times throughout its history.",
-            "What years did Toronto host the MLB All-Star Game?"),
-           ("Who ruled France in 1830?", "In 1830 France was ruled by King Charles X until the July "
-            "Revolution.", "Who became King of France after the July Revolution of 1830?"),
-           ("How many brothers does Ron Weasley have?", "Ron Weasley has five older brothers.",
-            "Who are the brothers of Ron Weasley?"),
-           ("Where did the Plymouth Puritans come from?", "The Pilgrims who founded Plymouth Colony "
-            "sailed from England on the Mayflower in 1620.",
-            "Where did the Mayflower Pilgrims live before sailing to Plymouth?")])
+       "query formulation.", ("Question", "Answer"), "tvq")
 REWRITE = ("Given an original question and a reference query that may not align with the original's "
            "intent, your task is to craft a better, short and concise search query that well align with "
            "the intent of original question. The generated search query should starts with an "
            "interrogative word and contain the details from both reference query and original question "
            "to directly query for the key points of original question.",
-           ("Original question", "Reference query"), [  # (original question, reference query, search query)
-               ('Who wrote the novel "Moby-Dick"?', "Information on the book Moby-Dick.",
-                'Who is the author of the novel "Moby-Dick"?'),
-               ("What was Xanadu in the title of the film?", "What genre does the film Xanadu belong to?",
-                'What is the significance or meaning of "Xanadu" in the film\'s title?'),
-               ("What is the oldest university in the United States?", "List of universities in "
-                "Massachusetts.", "Which university in the United States was founded first?"),
-               ("Which plant is the main natural source of caffeine?", "Effects of caffeine on the human "
-                "body.", "Which plants produce caffeine naturally?"),
-               ('Who recorded the song "We\'re All Alone" in 1977?', "Rita Coolidge albums.",
-                'Did Rita Coolidge record "We\'re All Alone" in 1977?')])
+           ("Original question", "Reference query"), "rewrite")
+QUERY_FILE = common.DATA_DIR / "ctrla_query_exemplars.json"
+DATA_FILES = (HONESTY_FILE, CONFIDENCE_FILE, EXEMPLAR_FILE, STOP_FILE, REFUSAL_FILE, QUERY_FILE)  # in the settings
 MULTIHOP = metrics.MULTIHOP   # read as DRAGIN reads multi-hop answers (eval.multihop_prediction)
 _EXEMPLARS: dict = {}
 
@@ -587,6 +514,20 @@ def exemplars(task: str) -> str:
         _EXEMPLARS[task] = "\n\n".join(f"Question: {d['question']}\nAnswer: {' '.join(d['cot'])} "
                                        f"So the answer is {d['answer']}." for d in demos)
     return _EXEMPLARS[task]
+
+
+@functools.cache
+def query_exemplars() -> dict:
+    """TVQ's and REWRITE's exemplars, {"tvq": [...], "rewrite": [...]}, each [question, answer segment or
+    reference query, search query], read once: the first two of each are the paper's (Prompts B.1 / B.2),
+    the other three ours."""
+    try:
+        shots = json.loads(QUERY_FILE.read_text(encoding="utf-8"))
+        assert all(isinstance(x, list) and len(x) == 3 and all(isinstance(v, str) for v in x)
+                   for key in ("tvq", "rewrite") for x in shots[key]), "an exemplar is not [question, text, query]"
+    except (OSError, ValueError, KeyError, TypeError, AssertionError) as e:
+        raise InputError(f"{QUERY_FILE}: no TVQ / rewrite exemplars ({e!r}); restore data/") from None
+    return shots
 
 
 def today() -> str:
@@ -694,24 +635,14 @@ def judge(raw, spans, text: str, start: int, question: str, previous, tau: float
 
 @torch.inference_mode()
 def monitor(run: Run, text: str, start: int, question: str, previous) -> dict:
-    """Confidence monitoring (3.2.3): one unsteered forward pass over prompt + segment [official].
-    subtle: causal attention leaves the states of a shared prefix unchanged, so the KV cache and raw
-    scores of the previous pass serve the prefix it shares with this one (the prompt grows by one
-    accepted sentence per step)."""
+    """Confidence monitoring (3.2.3): one unsteered forward pass over prompt + segment [official]. The KV
+    cache and raw scores of the previous pass serve the prefix it shares with this one (the prompt grows
+    by one accepted sentence per step; common.shared_cache)."""
     model, conf, keys = run.model, run.feats["confidence"], list(run.s.monitor)
     enc = encode_offsets(run.tok, text)
-    ids, keep, past, prev = enc["input_ids"], 0, None, torch.zeros(0)
-    if run.cache and common.reuse_prefix():
-        keep = next((i for i, (a, b) in enumerate(zip(ids, run.cache[0])) if a != b), len(ids))
-        keep = min(keep, len(ids) - 1, len(run.cache[0]))
-        if keep >= common.MIN_SHARED and not any(getattr(run.cache[1], "is_sliding", [False])):
-            past, prev = run.cache[1], run.cache[2][:keep]
-            # subtle: only a negative crop means "remove that many" on every transformers version
-            # (4.x reads crop(0) as "keep 0 tokens", 5.x a positive length as deprecated)
-            if keep < past.get_seq_length():
-                past.crop(keep - past.get_seq_length())
-        else:
-            keep = 0
+    ids = enc["input_ids"]
+    keep, past = common.shared_cache(ids, *run.cache[:2]) if run.cache else (0, None)
+    prev = run.cache[2][:keep] if keep else torch.zeros(0)
     out = model(input_ids=torch.tensor([ids[keep:]], device=model.device), past_key_values=past,
                 use_cache=True, output_hidden_states=True, logits_to_keep=1)
     states = torch.stack([out.hidden_states[k][0] for k in keys]).float().cpu()
@@ -742,10 +673,10 @@ def search(run: Run, queries: list[str], task: str) -> list[dict]:
 
 def write_query(run: Run, prompt: tuple, *fields: str) -> str:
     """TVQ (Prompt B.1) or query rewrite (Prompt B.2): unsteered greedy, the reply's first line."""
-    instruction, labels, shots = prompt
+    instruction, labels, key = prompt
     turn = lambda values: "\n".join(f"{k}: {v}" for k, v in zip(labels, values))
-    history = [m for *x, query in shots for m in ({"role": "user", "content": turn(x)},
-                                                   {"role": "assistant", "content": query})]
+    history = [m for *x, query in query_exemplars()[key]
+               for m in ({"role": "user", "content": turn(x)}, {"role": "assistant", "content": query})]
     run.calls += 1
     g = common.greedy(run.model, run.tok, common.chat_prompt(run.tok, turn(fields), instruction, history),
                       max_new_tokens=QUERY_TOKENS, stop=("\n\n",))
@@ -841,133 +772,100 @@ def solve(run: Run, rec: dict) -> dict:
 
 def run_name(args, s: Settings) -> str:
     """The output file's method part, so that runs with other settings never resume each other."""
-    parts = ["ctrla", "honp" if s.honesty_prompt else f"lam{s.lam:g}" if s.lam != LAMBDA else ""]
-    for flag, key in (("hon", "honesty_data"), ("conf", "confidence_data")):
-        value = getattr(args, key, None)
-        parts.append(f"{flag}-{Path(value).stem}" if value else "")
-    if s.retrieve == "never":
-        parts.append("noret")
-    elif s.retrieve == "monitor-only":
-        parts.append("monitor-only")
-    else:
-        parts += ["always" if s.retrieve == "always" else f"tau{args.tau:g}" if args.tau is not None else "",
-                  "caq" if s.query == "caq" else ""]
+    data = [f"{flag}-{Path(v).stem}" for flag, v in (("hon", args.honesty_data), ("conf", args.confidence_data)) if v]
+    mode = ({"never": ["noret"], "monitor-only": ["monitor-only"]}.get(s.retrieve)
+            or ["always" if s.retrieve == "always" else f"tau{args.tau:g}" if args.tau is not None else "",
+                "caq" if s.query == "caq" else ""])
+    parts = ["ctrla", "honp" if s.honesty_prompt else f"lam{s.lam:g}" if s.lam != LAMBDA else "", *data, *mode]
     return "-".join(p for p in parts if p)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description="CtrlA: honesty steering + confidence monitoring adaptive RAG")
+def add_args(p, moved: bool = True) -> None:
+    """CtrlA's flags, then those every method shares: ctrla.py's command line, and (without the moved
+    flag) analysis.py check-features'."""
     g = p.add_argument_group("CtrlA")
-    g.add_argument("--tau", type=float,
-                   help="monitoring threshold (default: the paper's 0.0 for Mistral-7B, else calibrated)")
-    g.add_argument("--lam", type=float, default=LAMBDA, help="steering strength lambda (0 = no steering)")
+    g.add_argument("--tau", type=float, help="monitoring threshold (default: 0.0 for Mistral-7B, else calibrated)")
+    g.add_argument("--lam", type=float, default=LAMBDA, help="steering strength lambda (0: no steering)")
     g.add_argument("--honesty-prompt", action="store_true",
                    help="an honesty instruction instead of steering (paper Table 5; implies --lam 0)")
     retrieve = g.add_mutually_exclusive_group()
     retrieve.add_argument("--retrieve", choices=RETRIEVE_MODES, default="adaptive",
-                          help="adaptive = CtrlA; the baselines: never = steered generation only, no monitoring; "
-                               "always = retrieve for every segment (still monitored, for the trace); "
-                               "monitor-only = never retrieve, but monitor every segment and record what would "
-                               "have triggered: the closed-book answers and the signal in one file "
-                               "(python eval.py signals FILE)")
+                          help="adaptive = CtrlA; never = steered generation, no monitor; always = for every "
+                               "segment (monitored too); monitor-only = never, recording what would have "
+                               "triggered (python eval.py signals FILE)")
     for mode in RETRIEVE_MODES[1:]:     # the old flags, kept for a release
         retrieve.add_argument(f"--{mode}" if mode == "monitor-only" else f"--{mode}-retrieve", dest="retrieve",
                               action="store_const", const=mode, help=f"old name of --retrieve {mode}")
-    g.add_argument("--query", choices=["tvq", "caq"], default="tvq",
-                   help="tvq: [question, a query the model writes] (official runs); caq: question + "
-                   "the segment without its unconfident words")
-    g.add_argument("--steer-layers", default=STEER_LAYERS, help="B:E = keys -B..-(E-1) from the top")
-    g.add_argument("--monitor-layers", default=MONITOR_LAYERS, help="B:E = keys -B..-(E-1) from the top")
+    g.add_argument("--query", choices=["tvq", "caq"], default="tvq", help="tvq: [question, a query the model "
+                   "writes] (official); caq: question + the segment without its unconfident words")
+    for flag, default in (("--steer-layers", STEER_LAYERS), ("--monitor-layers", MONITOR_LAYERS)):
+        g.add_argument(flag, default=default, help="B:E = keys -B..-(E-1) from the top")
     g.add_argument("--directions", help="feature file to reuse (written there if missing)")
     g.add_argument("--pairs", type=int, default=N_PAIRS, help="contrast pairs per feature (official: 512)")
-    g.add_argument("--honesty-data", metavar="FILE",
-                   help="statements for the honesty features, a CSV with columns statement,label (label-1 rows "
-                   "used); the official eval_data/facts_true_false.csv gives the official directions "
-                   "(default: data/ctrla_honesty.csv, ours)")
-    g.add_argument("--confidence-data", metavar="FILE",
-                   help="statements for the confidence features, as --honesty-data; the official "
-                   "eval_data/confidence_train.csv (default: data/ctrla_confidence.csv, ours)")
+    for kind, official in (("honesty", "facts_true_false"), ("confidence", "confidence_train")):
+        g.add_argument(f"--{kind}-data", metavar="FILE", help=f"the {kind} features' statements: a CSV with columns "
+                       f"statement,label, label-1 rows read (default: ours, data/ctrla_{kind}.csv; the official "
+                       f"directions: eval_data/{official}.csv)")
     g.add_argument("--max-new-tokens", type=int, help="answer budget (default: per dataset, as official)")
     g.add_argument("--task", choices=["short", "asqa", "bio", "freshqa", *MULTIHOP],
                    help="prompt family (default: from the dataset)")
-    g.add_argument("--check-features", action="store_true",
-                   help="score held-out statements and answers on every layer (paper 5.2) into --output "
-                        "(default outputs/ctrla-check_*.json) and exit; python analysis.py features FILE reports "
-                        "the features' accuracy per layer range")
+    if moved:
+        g.add_argument("--check-features", action="store_true", help="moved: python analysis.py check-features")
     common.add_common_args(p, dataset="popqa")
-    args = p.parse_args(argv)
-    steer, monitor = layer_keys(args.steer_layers), layer_keys(args.monitor_layers)
-    s = Settings(tau=args.tau, lam=0.0 if args.honesty_prompt else args.lam, steer=tuple(steer),
-                 monitor=tuple(monitor), query=args.query, retrieve=args.retrieve, honesty_prompt=args.honesty_prompt,
-                 answer_tokens=args.max_new_tokens, task=args.task)
-    name = run_name(args, s)
-    # bad input fails here, before the model loads (and a run with nothing left to do stops here)
-    common.check_inputs(args, None if args.check_features else name, __file__)
-    honesty_file, confidence_file = args.honesty_data or HONESTY_FILE, args.confidence_data or CONFIDENCE_FILE
-    for file in (honesty_file, confidence_file):
-        read_statements(file)
 
+
+def settings(args) -> Settings:
+    """The run's Settings from its command line (tau None: calibrated once the features are read)."""
+    return Settings(tau=args.tau, lam=0.0 if args.honesty_prompt else args.lam,
+                    steer=tuple(layer_keys(args.steer_layers)), monitor=tuple(layer_keys(args.monitor_layers)),
+                    query=args.query, retrieve=args.retrieve, honesty_prompt=args.honesty_prompt,
+                    answer_tokens=args.max_new_tokens, task=args.task)
+
+
+def prepare(args, name: str | None = None) -> Run:
+    """A Run without a retriever: every input checked before the model loads (common.check_inputs; with the
+    run's `name`, its output's resume too), then the model, the layer ranges on it, the features and tau.
+    What a run (main) and the feature check (analysis.py check-features) share."""
+    s = settings(args)
+    common.check_inputs(args, name, __file__)
+    files = (args.honesty_data or HONESTY_FILE, args.confidence_data or CONFIDENCE_FILE)
+    for file in files:
+        common.read_statements(file)
+    stop_words(), refusal_pattern(), query_exemplars()      # data/'s other files, read before the model too
     model, tok = common.load_model(args.model, args.dtype, args.device)
-    n_layers = len(common.decoder_layers(model))
-    if (args.steer_layers, args.monitor_layers) == (STEER_LAYERS, MONITOR_LAYERS) and n_layers < -min(steer + monitor):
+    n_layers, keys = len(common.decoder_layers(model)), s.steer + s.monitor
+    if (args.steer_layers, args.monitor_layers) == (STEER_LAYERS, MONITOR_LAYERS) and n_layers < -min(keys):
         raise InputError(f"CtrlA's default layer ranges ({STEER_LAYERS}, {MONITOR_LAYERS}; Mistral-7B has 32 layers) "
-                         f"need {-min(steer + monitor)} decoder layers and {args.model} has {n_layers}; pass the "
+                         f"need {-min(keys)} decoder layers and {args.model} has {n_layers}; pass the "
                          f"same share of its depth: --steer-layers {scaled_range(STEER_LAYERS, n_layers)} "
                          f"--monitor-layers {scaled_range(MONITOR_LAYERS, n_layers)}")
-    for k in steer + monitor:
+    for k in keys:
         decoder_index(k, n_layers)
-    feats = load_features(model, tok, args.model, args.pairs, args.directions, honesty_file, confidence_file)
+    feats = load_features(model, tok, args.model, args.pairs, args.directions, *files)
     tau = args.tau if args.tau is not None else TAUS.get(args.model)
     if tau is None and feats["confidence"].get("center") is None:
         raise InputError(f"{args.directions or 'the features'}: no tau calibration (no held-out confident and "
                          "unconfident statements); pass --tau")
     s = replace(s, tau=tau)
     if tau is None:
-        print(f"tau = {threshold(s, feats, monitor):.3f} (calibrated for {args.model}; --tau overrides)",
+        print(f"tau = {threshold(s, feats, s.monitor):.3f} (calibrated for {args.model}; --tau overrides)",
               file=sys.stderr)
-    if args.check_features:     # the scores only; analysis.py reads them (paper 5.2's report)
-        out = Path(args.output) if args.output else common.default_output("ctrla-check", args).with_suffix(".json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(check_features(Run(model, tok, feats, None, s), args.limit, honesty_file)) + "\n")
-        print(f"wrote {out}; its report per layer range: python analysis.py features {out}", file=sys.stderr)
-        return
-    bm25 = (common.load_retriever(args, common.load_questions(args), preset="ctrla")
-            if s.retrieve in ("adaptive", "always") else None)
-    run = Run(model, tok, feats, bm25, s)
-    args.tau = round(threshold(s, feats, monitor), 6)   # the settings name the tau used, calibrated or given
+    return Run(model, tok, feats, None, s)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="CtrlA: honesty steering + confidence monitoring adaptive RAG")
+    add_args(p)
+    args = p.parse_args(argv)
+    if args.check_features:     # paper 5.2's check is analysis.py's
+        rest = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--check-features"]
+        raise InputError(f"--check-features moved: python analysis.py check-features {shlex.join(rest)}".strip())
+    name = run_name(args, settings(args))
+    run = prepare(args, name)       # bad input fails there, before the model loads
+    run.bm25 = (common.load_retriever(args, common.load_questions(args), preset="ctrla")
+                if run.s.retrieve in ("adaptive", "always") else None)
+    args.tau = round(threshold(run.s, run.feats, run.s.monitor), 6)   # the settings name the tau used
     common.run(args, name, lambda rec: solve(run, rec))
-
-
-# ----------------------------------------------------------------------------------------------
-# The feature check's scores (paper 5.2, Table 6), computed by --check-features; analysis.py reports them
-
-@torch.inference_mode()
-def check_features(run: Run, limit: int | None = None, honesty_file=HONESTY_FILE) -> dict:
-    """Paper 5.2's scores on every layer (layer_scores: [L, ...], indexed by key -1..-L as the features),
-    as JSON-ready lists; analysis.features_report averages them over layer ranges and scores them.
-    Honesty: true statements of the honesty file the features did not use and false ones (ours), each
-    said in the honest persona's reply and scored at its last token. Confidence (Table 6): the first
-    segment of the answer to 20 answerable and 20 unanswerable questions (ours), every token of prompt +
-    segment scored as monitor() scores it, with the spans judge() reads."""
-    model, tok, h, c = run.model, run.tok, run.feats["honesty"], run.feats["confidence"]
-    data = json.loads(CHECK_FILE.read_text())
-    true = [r["statement"] for r in read_statements(honesty_file)[h["statements_used"]:][-(limit or 40):]]
-    false = data["false_statements"][:limit]
-    persona = common.chat_prompt(tok, PERSONA.format(PERSONAS["honesty"][0]))
-    states = last_token_states(model, tok, [append(persona, x) for x in true + false])
-    answers = []
-    questions = [(q, k == "answerable") for k in ("answerable", "unanswerable") for q in data[k][:limit]]
-    for q, ok in questions:
-        prompt = build_prompt(tok, "short", q, honesty=run.s.honesty_prompt)
-        seg = next_segment(run, prompt)[0]
-        hs, spans, start = answer_states(model, tok, prompt, seg)
-        answers.append({"question": q, "answerable": ok, "text": append(prompt, seg), "start": start,
-                        "spans": [list(x) for x in spans],
-                        "scores": layer_scores(hs, c["direction"], c["sign"], c["mean"]).tolist()})
-    center = c.get("center")
-    return {"n_layers": len(common.decoder_layers(model)), "steer": list(run.s.steer), "monitor": list(run.s.monitor),
-            "tau": run.s.tau, "center": None if center is None else center.tolist(), "true": true, "false": false,
-            "honesty": layer_scores(states, h["direction"], h["sign"], h["mean"]).tolist(), "answers": answers}
 
 
 if __name__ == "__main__":

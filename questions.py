@@ -2,23 +2,24 @@
 datasets (HotpotQA, 2WikiMultihopQA, MuSiQue, IIRC, NQ-open, DPR QA, SQuAD, PopQA, TriviaQA, FreshQA,
 Bio, TruthfulQA, StrategyQA), told apart by their content, into one record shape; fetch() (`make data`,
 `python questions.py fetch [NAME...]`) downloads the public evaluation files into data/raw/ and checks
-each against the sha256 kept here (RAW_FILES).
+each against the sha256 kept here (RAW_FILES). Also the readers of a method's other data files: CtrlA's
+statement files (read_statements) and its word lists (word_list).
 
-Plumbing, like common.py (which re-exports load_dataset, DATASETS and DATA_DIR for the methods); it
-imports only retrieval.py (InputError and the JSON-lines reader the corpus files share).
+Plumbing, like common.py (which re-exports load_dataset, DATASETS, DATA_DIR and those readers for the
+methods); it imports only retrieval.py (InputError and the JSON-lines reader the corpus files share).
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import hashlib
 import http.client
 import json
 import os
 import sys
-import tempfile
 import urllib.request
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 
 from tqdm import tqdm
@@ -324,6 +325,48 @@ def _from_strategyqa(row, kind):
     label = row["answer"]
     return [_record(kind, row.get("qid"), row["question"], ["yes" if label else "no"], label=label,
                     **_pick(row, "target"))]
+
+
+# ---------------------------------------------------------------------------------------------
+# Other data files a method reads: statement files (CSV) and word lists
+# ---------------------------------------------------------------------------------------------
+
+def label_is_one(value) -> bool:
+    """The official CtrlA notebooks keep df[df["label"] == 1] (pandas): "1", "1.0" and "True" are 1."""
+    value = str(value).strip()
+    try:
+        return float(value) == 1
+    except ValueError:
+        return value.lower() == "true"
+
+
+def read_statements(path) -> list[dict]:
+    """The label-1 rows of a CSV with columns statement,label[,topic,style] (CtrlA's probes use only those):
+    ours in data/, or the official eval_data/facts_true_false.csv / confidence_train.csv (statement,label)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            reader = csv.DictReader(f)
+            if "statement" not in (reader.fieldnames or []):
+                raise KeyError("no 'statement' column")
+            rows = [r for r in reader if label_is_one(r.get("label", "1"))]
+        assert all(r["statement"] and r["statement"].strip() for r in rows), "an empty statement"
+    except (OSError, KeyError, AssertionError, csv.Error) as e:
+        raise InputError(f"{path}: cannot read statements ({e!r}); pass a CSV with columns statement,label "
+                         "(or restore data/)") from None
+    if not rows:
+        raise InputError(f"{path}: no statement with label 1; the features read only label-1 rows")
+    return rows
+
+
+@cache
+def word_list(path: Path) -> tuple[str, ...]:
+    """A data file of entries one a line (a word or phrase), in order, its `#` lines (its source) and blank
+    ones left out; read once."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e!r}); restore data/") from None
+    return tuple(w for w in lines if w and not w.startswith("#"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -34,10 +34,8 @@ import argparse
 import re
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import common
-import eval as metrics
 
 # ----------------------------------------------------------------------------------------------
 # Settings (source in brackets)
@@ -49,9 +47,8 @@ THRESHOLDS = {"cl": 0.6,     # retrieve iff Z < threshold [paper 5.4, Fig. 4(a):
               "hybrid": 0.5}  # on Z in [0, 1 + alpha]; the paper gives none [official --threshold 0.5]
 PAPER_RATES = {"truthfulqa": 0.23,   # share of questions Rowen-Hybrid retrieves for [paper Table 5, Ratio:
                "strategyqa": 0.20}   # GPT-3.5 with Qwen-max]; the target of analysis.threshold_for_rate
-# The hybrid threshold of a task and an (M, M_V) pair, calibrated on its own Z at the task's PAPER_RATES
-# (default_threshold; no answer read), with the command that prints it: `python analysis.py modes FILE`.
-# subtle: each value is in-sample: read from the Z of the same 50 questions its results report.
+# The hybrid threshold of a task and an (M, M_V) pair, calibrated on its own Z at the task's PAPER_RATES (no answer
+# read; `python analysis.py modes FILE` prints it). subtle: in-sample, from the Z of the 50 questions it reports on.
 CALIBRATED = {
     # TruthfulQA's first 50, --never-retrieve: 20% retrieve (results/truthfulqa50-qwen2.5-coder-1.5b/)
     ("truthfulqa", "qwen2.5-coder-1.5b", "smollm2-135m"): 1.25,
@@ -63,11 +60,8 @@ RETRIEVE_MODES = ("adaptive", "never", "always")  # --retrieve: Rowen; the basel
 REPAIR_PROMPT = "official"   # Stage 3's prompt: "official" (the official templates) or "correct" (ours) [official]
 TOP_K = 2                    # passages per search query [official Serper parser keeps int(5/2) = 2]
 TARGET_LANGUAGE = "Chinese"  # [paper 4.3: English -> Chinese; Table 7 also German and French]
-MODEL = "qwen2.5-coder-0.5b"  # M: must answer in the target language, so a Qwen chat model, the smaller
-                             # embedded one on any machine (Rowen makes ~45 calls a question)
-                             # [paper 5.3: Qwen for Chinese]
-VERIFIER = "smollm2-135m"    # M_V: SmolLM2-135M-Instruct, an instruction-tuned chat model of another family
-                             # than the Qwen M [paper 4.3: qwen-max-0428; 5.3: Llama-3-8B-Instruct]
+MODEL = "qwen2.5-coder-0.5b"  # M: a Qwen chat model, for Chinese [paper 5.3]; the smaller one (~45 calls a question)
+VERIFIER = "smollm2-135m"    # M_V: a chat model of another family than M [paper 4.3: qwen-max-0428; 5.3: Llama-3-8B]
 SYSTEM = "You are a helpful assistant."    # [official construct_input_message]
 MAX_TOKENS = {"cot": 512, "short": 64, "perturb": 256, "translate": 128, "check": 8,
               "repair": 256, "reformulate": 64}  # per call [ours; official: no limit]
@@ -103,8 +97,7 @@ FINAL = {  # Stage 1, second turn: the short answer (the TruthfulQA one shows no
 PERTURB = "For the question [ORIGINAL QUESTION], please provide {k} semantically equivalent questions.\nORIGINAL QUESTION: {question}"
 TRANSLATE = "Translate this sentence into {language}. Reply with the translation only:\n{text}"  # ours
 CHECK_CL = "Given the question Q, and two potential answers: answer A in English and answer B in {language}. Your task is to determine if the content and meaning of A and B are equivalent in the context of answering Q. Consider linguistic nuances, cultural variations, and the overall conveyance of information. Respond with a binary classification. If A and B are equivalent, output 'True.', otherwise output 'False'\n\nQuestion: {q}\nAnswer A (in English): {a1}\nAnswer B (in {language}): {a2}\nYour response (True or False):"
-# Table 3's instruction in the official layout, verbatim, its space after "explanation." included
-# (dhx20150812/Rowen, prompt_template.py:37-47)
+# Table 3's instruction in the official layout (prompt_template.py:37-47), verbatim, its space after "explanation." too
 CHECK_CM = "Are the following two Question-Answer(QA) pairs semantically equivalent? Provide your best guess that it is correct (True or False). Given ONLY the guess (True or False), no other words or explanation. \n\nThe first QA pair is:\nQuestion: {q}\nAnswer: {a1}\n\nThe second QA pair is:\nQuestion: {q}\nAnswer: {a2}\n\nYour Guess (True or False):"
 REFORMULATE = """Question: {question}
 
@@ -145,12 +138,11 @@ REPAIR = {  # Stage 3 (Eq. 7), by --repair-prompt
         "qa": _REPAIR + "Answer the question in a few words (a name, a date, a number, yes or no), with no explanation.",
     },
 }
-# Target-language prompts, all ours: Chinese (the paper's target) and Table 7's others; "cot" renders
-# Table 1, the others render our English prompts.
-# "cot" serves TruthfulQA and short-answer QA, "final" TruthfulQA (a sentence), "final_qa" short-answer QA (a few
-# words, as FINAL["qa"]), "cot_yn"/"final_yn" StrategyQA: each answer has the form of its English counterpart.
+# Target-language prompts, all ours: Chinese (the paper's target) and Table 7's others, each asking what its English
+# counterpart asks, for an answer of the same form: "cot" renders Table 1 (TruthfulQA, short-answer QA), "final"
+# TruthfulQA's sentence, "final_qa" short-answer QA's few words, "cot_yn" and "final_yn" StrategyQA's.
 TARGET = {
-    "Chinese": {  # ours, the same requests as the English prompts
+    "Chinese": {
         "cot": "回答我的问题之前，请先判断问题所依据的信息或假设是否成立。确认之后，再给出详细的解释或回答。准确和核实事实优先于展开论述或猜测。\n\n我的问题：{question}\n\n你的回答：",
         "final": "根据上面的思考，用一句话简短、直接地回答这个问题，不要添加多余的信息。",
         "cot_yn": "请一步一步地思考这个是非题。\n\n问题：{question}\n\n先指出问题依赖的事实（包括默认的前提），把它拆成几个小问题并逐一回答，再把这些答案合理地联系起来，检查结论，最后给出明确的判断。\n\n你的推理和判断：",
@@ -315,10 +307,9 @@ def default_threshold(mode: str, model: str | None = None, verifier: str | None 
     M_V: on 4 held-out TruthfulQA questions (k = 6) Z_CL = Z_CM = 0 for every question, as that judge
     answered "False" even to "Paris" vs "Paris", so any positive threshold retrieved always. It says
     nothing about today's models. To calibrate a pair, run --retrieve never on held-out questions (the
-    trace keeps z_cl and z_cm) and read `python analysis.py modes FILE`: the threshold at the paper's
-    retrieval rate for the task (Table 5: 23% of TruthfulQA, 20% of StrategyQA), or another rate you
-    pick with analysis.threshold_for_rate. This function alone decides the threshold a run uses when
-    --threshold is not given (main, and Settings with threshold None)."""
+    trace keeps z_cl and z_cm) and read `python analysis.py modes FILE`: the threshold at the task's
+    PAPER_RATES (paper Table 5), or another rate you pick with analysis.threshold_for_rate. This function
+    alone decides the threshold a run uses when --threshold is not given (main, and Settings with threshold None)."""
     value = CALIBRATED.get((task, model, verifier)) if mode == "hybrid" else None
     if say and mode == "hybrid":
         pair = f"on {task} for M {model} with M_V {verifier}"
@@ -349,21 +340,17 @@ def should_retrieve(z: float, threshold: float) -> bool:
     return z < threshold
 
 
-def passage_text(p: dict) -> str:
-    return f"{p['title']}: {p['text']}" if p.get("title") else p["text"]
-
-
 def evidence_lines(queries: list[str], hits: list[list[dict]]) -> list[str]:
-    """E of Eq. 7 [official]: one line q.rstrip("?") + "? " + passage per query and passage found.
-    A passage already found by an earlier query is not repeated (a small corpus returns the same
-    passages for near-identical paraphrases). Divergence: a query that finds nothing writes no line
+    """E of Eq. 7 [official]: one line q.rstrip("?") + "? " + passage per query and passage found, the passage
+    as "title: text". A passage already found by an earlier query is not repeated (a small corpus returns the
+    same passages for near-identical paraphrases). Divergence: a query that finds nothing writes no line
     (official: "q? No good Google Search Result was found")."""
     lines, seen = [], set()
     for q, passages in zip(queries, hits):
         for p in passages:
             if p["id"] not in seen:
                 seen.add(p["id"])
-                lines.append(q.rstrip("?") + "? " + passage_text(p))
+                lines.append(q.rstrip("?") + "? " + (f"{p['title']}: {p['text']}" if p.get("title") else p["text"]))
     return lines
 
 
@@ -496,7 +483,7 @@ def repair(lm, question: str, trace: dict, s: Settings, calls: dict) -> tuple[st
     (initial_long_answer, initial_answer, evidence: one line each), in the REPAIR prompt of s.repair_prompt;
     one greedy call. Returns (its output, the final answer: clean_answer of it).
     subtle: it reads the trace, not solve()'s variables, so that a finished run's rows rebuild the very prompt
-    the run sent (repair_again)."""
+    the run sent (benchmarks/repair_again.py)."""
     task = trace["task"]
     prompt = REPAIR[s.repair_prompt][task].format(question=question, initial_long_answer=trace["initial_long_answer"],
                                                   initial_short_answer=trace["initial_answer"],
@@ -584,107 +571,6 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
-# Stage 3 again: a finished run's repair made with another prompt
-# (python rowen.py --repair-again RUN.jsonl --repair-prompt official [--output OUT.jsonl])
-#
-# Stages 1-2 and the search are in each row's trace, and the repair is one greedy call, so a run's Stage 3
-# can be redone alone, on the run's own model, precision and kernel (its settings file). Redone with the prompt
-# the run used, every repair output must come back as stored: the check that the rebuilt prompt is the run's.
-
-def repaired_row(row: dict, lm, s: Settings) -> dict:
-    """A finished run's row with its repair made again (repair, with s.repair_prompt): repair_prompt,
-    repair_output, final_answer and prediction replaced, all else as it was. A row that did not retrieve
-    (its trace holds no evidence) comes back unchanged; a failed row fails again with its error."""
-    if "error" in row:
-        raise common.InputError(row["error"])      # run() writes it as the failed row it was
-    trace = row["trace"]
-    if "evidence" not in trace:
-        return row
-    output, final = repair(lm, row["question"], trace, s, {"main": 0, "verifier": 0})
-    # the repair replaced the run's one repair call: model_calls, trace["calls"] and retrievals stay the run's
-    trace = {**trace, "repair_prompt": s.repair_prompt, "repair_output": output, "final_answer": final}
-    return {**row, "prediction": yes_no_label(final) if trace["task"] == "strategyqa" else final, "trace": trace}
-
-
-def repair_again(args) -> None:
-    """--repair-again RUN: every row of a finished Rowen run with its Stage 3 redone with --repair-prompt
-    (repaired_row), written as a run of its own (common.run: resumable, its settings checked) beside RUN as
-    RUN-repair-PROMPT.jsonl or at --output; then RUN's and the redone rows' figures side by side, and how
-    many repair outputs came back as stored. The settings name RUN and its content ("question file"), the
-    prompt and the code; the model, precision and kernel are RUN's, and a machine that computes in others is
-    refused (its outputs would differ for that alone). A row's seconds and cpu are this run's: the repair's."""
-    source = Path(args.repair_again)
-    fix = "; --repair-again takes a finished rowen.py run file, with its .settings.json beside it"
-    try:
-        rows = metrics.read_rows(source)
-    except ValueError as e:
-        raise common.InputError(f"--repair-again: {e}") from None
-    saved = common.read_settings(source.with_suffix(".settings.json"), fix)
-    needs = {"task", "initial_long_answer", "initial_answer"}       # what repair() reads, with the evidence
-    bad = [r.get("id") for r in rows
-           if "id" not in r or ("evidence" in r.get("trace", {}) and not needs <= set(r["trace"]))]
-    if not rows or bad or "--model" not in saved:
-        where = f"row {bad[0]} holds no Rowen trace" if bad else "no rows" if not rows else "its settings name no --model"
-        raise common.InputError(f"{source}: {where}{fix}")
-    if args.limit is not None and args.limit < 1:
-        raise common.InputError(f"--limit {args.limit}: give a positive number of questions, or leave --limit out")
-    if not 0 <= args.skip < len(rows[:args.limit]):
-        raise common.InputError(f"--skip {args.skip}: {len(rows[:args.limit])} rows are asked for; skip 0 to "
-                                f"{len(rows[:args.limit]) - 1} of them")
-    out = Path(args.output or source.with_name(f"{source.stem}-repair-{args.repair_prompt}.jsonl"))
-    if out.resolve() == source.resolve():
-        raise common.InputError(f"--output {out} is the run being repaired; pass another --output")
-    run_args = argparse.Namespace(
-        repair_again=str(source), data=str(source), repair_prompt=args.repair_prompt,  # data: RUN's content is hashed
-        model=saved["--model"], dtype=saved.get("--dtype", "auto"), linear=saved.get("--linear", "auto"),
-        device=saved.get("--device", "auto"), plain=saved.get("--plain", False),
-        limit=args.limit, skip=args.skip, output=str(out), overwrite=args.overwrite, cache=args.cache)
-    now = common.run_settings(run_args, __file__)
-    for key in ("precision", "linear layers"):
-        if saved.get(key, now[key]) != now[key]:
-            raise common.InputError(f"{source} was computed with {key} = {saved[key]}, this machine gives "
-                                    f"{now[key]}; redo its repair where it ran")
-    if args.cache:
-        common.check_cache_dir(args.cache)
-    if (cpus := {r.get("cpu") for r in rows} - {None, common.CPU}):
-        print(f"note: {source.name} ran on {', '.join(sorted(cpus))}, this is {common.CPU}: a kernel's rounding "
-              "differs between processors, so a repair output may differ for that alone", file=sys.stderr)
-    asked, done = rows[:args.limit][args.skip:], set()
-    # before the model loads, as check_inputs does for a run: a changed setting is refused, finished rows skipped
-    if out.exists() and out.with_suffix(".settings.json").exists() and not args.overwrite:
-        old = common.read_settings(out.with_suffix(".settings.json"))
-        if (key := common.first_difference(old, now)) is not None:
-            raise common.InputError(f"{out} was made with {key} = {old.get(key, '(unset)')}, this run has "
-                                    f"{now.get(key, '(unset)')}; pass another --output, or --overwrite to start it afresh")
-        try:
-            done = {r["id"] for r in metrics.read_rows(out)}
-        except ValueError:      # a row cut short by an interruption: run() drops it, or names the bad line
-            done = set()
-    if any(r["id"] not in done for r in asked):
-        lm = common.load_model(run_args.model, run_args.dtype, run_args.device, common.linear_of(run_args))
-        s = Settings(repair_prompt=args.repair_prompt)
-        common.run(run_args, out.stem, lambda row: repaired_row(row, lm, s), rows[:args.limit])
-    else:
-        print(f"every row asked for is already in {out} (--overwrite starts afresh)", file=sys.stderr)
-    print(repair_report(asked, metrics.read_rows(out), source, out))
-
-
-def repair_report(rows: list[dict], redone: list[dict], source: Path, out: Path) -> str:
-    """A run's rows and the same rows with Stage 3 redone (repair_again), side by side: their figures
-    (eval.summarize, over the ids in both), how many repair outputs came back as stored, how many
-    predictions changed."""
-    new = {r["id"]: r for r in redone}
-    rows = [r for r in rows if r["id"] in new]
-    table = metrics.format_table([(source.stem, metrics.summarize(rows)),
-                                  (out.stem, metrics.summarize([new[r["id"]] for r in rows]))], markdown=True)
-    repaired = [r for r in rows if "evidence" in r.get("trace", {}) and "error" not in r]
-    same = sum(new[r["id"]]["trace"].get("repair_output") == r["trace"].get("repair_output") for r in repaired)
-    changed = sum(new[r["id"]]["prediction"] != r["prediction"] for r in rows)
-    return (f"{table}\n{same} of {len(repaired)} repair outputs as stored in {source.name}; {changed} of "
-            f"{len(rows)} predictions changed")
-
-
-# ----------------------------------------------------------------------------------------------
 # Command line
 
 def run_name(args) -> str:
@@ -704,10 +590,9 @@ def main(argv=None):
     g.add_argument("--verifier", default=VERIFIER, help="M_V for the cross-model check (alias, HF id or directory)")
     g.add_argument("--mode", choices=["cl", "cm", "hybrid"], default="hybrid",
                    help="consistency across languages (cl), models (cm) or both (hybrid, Eq. 6)")
-    g.add_argument("--threshold", type=float,
-                   help="retrieve iff Z < threshold (default: " + ", ".join(f"{v:g} {m}" for m, v in THRESHOLDS.items())
-                        + " (rowen.THRESHOLDS); the hybrid threshold calibrated for the task and (M, M_V) where "
-                        "rowen.CALIBRATED has one: rowen.default_threshold)")
+    g.add_argument("--threshold", type=float, help="retrieve iff Z < threshold (default: " + ", ".join(
+        f"{v:g} {m}" for m, v in THRESHOLDS.items()) + " (rowen.THRESHOLDS), or the task and (M, M_V)'s calibrated "
+        "hybrid threshold: rowen.default_threshold)")
     g.add_argument("--alpha", type=float, default=ALPHA, help="weight of Z_CM in the hybrid score (paper: 1.0)")
     g.add_argument("--k", type=int, default=K, help="perturbed questions per question (paper: 6)")
     g.add_argument("--repair-prompt", choices=sorted(REPAIR), default=REPAIR_PROMPT,
@@ -722,22 +607,23 @@ def main(argv=None):
         retrieve.add_argument(f"--{mode}-retrieve", dest="retrieve", action="store_const", const=mode,
                               help=f"old name of --retrieve {mode}")
     g.add_argument("--modes-from", metavar="FILE", help="moved: python analysis.py modes FILE [--limit N]")
-    g.add_argument("--repair-again", metavar="RUN",
-                   help="redo Stage 3 of a finished run file with --repair-prompt, on the run's model, precision "
-                        "and kernel (its settings; --model, --dtype, --device, --linear are not read): writes "
-                        "RUN-repair-PROMPT.jsonl or --output, resumable; --limit, --skip, --overwrite and --cache "
-                        "apply (repair_again); then exit")
+    g.add_argument("--repair-again", metavar="RUN", help="moved: python benchmarks/repair_again.py RUN")
     common.add_common_args(p, dataset="truthfulqa")
     p.set_defaults(model=MODEL)
     args = p.parse_args(argv)
     if args.modes_from:     # reading a run file is analysis.py's
         raise common.InputError(f"--modes-from moved: python analysis.py modes {args.modes_from}"
                                 + (f" --limit {args.limit}" if args.limit else ""))
-    if args.repair_again:   # Stage 3 again, above
-        repair_again(args)
-        return
+    if args.repair_again:   # Stage 3 of a finished run, redone alone: a tool of its own
+        cmd = ["python benchmarks/repair_again.py", args.repair_again, "--repair-prompt", args.repair_prompt]
+        cmd += [f"--{k} {getattr(args, k)}" for k in ("output", "limit", "skip", "cache") if getattr(args, k)]
+        raise common.InputError("--repair-again moved: " + " ".join(cmd + ["--overwrite"] * args.overwrite))
     if args.k < 1:
         raise common.InputError(f"--k {args.k}: need at least one perturbed question")
+    if args.threshold is not None and args.retrieve != "adaptive":
+        print(f"note: with --retrieve {args.retrieve}, retrieval does not depend on --threshold {args.threshold:g}: it "
+              f"only sets the decision the trace records (Z < {args.threshold:g}: whether Rowen would retrieve)",
+              file=sys.stderr)
     if args.mode != "cl":
         common.check_model_name(args.verifier)
     records = common.check_inputs(args, run_name(args), __file__)   # bad input fails here, before a model loads

@@ -46,6 +46,8 @@ TOP_P = 0.9             # nucleus of the samples [official call_llm]
 MAX_NEW_TOKENS = 100    # per call, greedy and samples; CoT's whole chain [official max_tokens; DRAGIN
                         # generate_max_length 100]
 FORCED_TOKENS = 100     # the forced "So the answer is" continuation, multi-hop [official call_llm]
+EXEMPLAR_FILE = common.DATA_DIR / "seakr_exemplars.json"   # DRAGIN's CoT exemplars as SeaKR ships them [official]
+DATA_FILES = (EXEMPLAR_FILE,)   # the data a run's rows depend on: hashed into its settings
 SIMPLE_FORCED_TOKENS = 20   # the same in simple QA [official main_simpleqa.py:80]
 BASELINE_FORCED_TOKENS = 20     # the same for CoT and IRCoT chains [DRAGIN src/eval.py:48, max_new_tokens]
 # CoT's whole chain per dataset [DRAGIN config/Llama2-7b-chat/<dataset>/wo-RAG.json generate_max_length];
@@ -213,7 +215,7 @@ def load_exemplars(kind: str, n: int = N_SHOT) -> str:
     As in the official demos, periods inside a step become spaces, so the ". " stop string only ever
     ends a step.
     """
-    data = json.loads((common.DATA_DIR / "seakr_exemplars.json").read_text())
+    data = json.loads(EXEMPLAR_FILE.read_text())
     demos = []
     for ex in data[kind][:n]:
         steps = " ".join(s.replace(".", " ").strip() + "." for s in ex["cot"])

@@ -8,7 +8,8 @@ checks it equal; benchmarks/bench_sampling.py measures it):
   becomes, where a row ends (eos_ids), how its text reads (decode_continuations), how a token is drawn (draw)
 - the fast path: fast_greedy() and fast_sample(), over one prefill per prompt, a prompt's prefix KV cache
   reused across calls, independent prompts decoded as one batch, k samples reading one shared copy of
-  their prompt's KV cache (an attention function of ours: sdpa_grouped), rows leaving the batch as they end
+  their prompt's KV cache (an attention function of ours: sdpa_grouped), rows leaving the batch as they end;
+  shared_cache() for a caller's own forward passes (CtrlA's monitor)
 - the call cache (--cache DIR): a call whose inputs all equal a stored one's returns the stored rows
   (through_cache; the key: call_key)
 """
@@ -455,6 +456,21 @@ def _prefill_one(model, ids: list[int]):
     logits, past = _forward(model, torch.tensor([ids[keep:]], device=dev), mask, positions, past)
     slots[:] = [(ids, _fork(past))] + [s for s in slots if s[0] != ids][:PREFIX_SLOTS - 1]
     return logits, past, mask, torch.tensor([len(ids)], device=dev)
+
+
+def shared_cache(ids: list[int], cached_ids: list[int], cache) -> tuple[int, object]:
+    """A caller's own prefix reuse (CtrlA's monitor): (n, cache) where a forward pass over `ids` may start
+    from `cache`, the KV cache of a pass over `cached_ids`, cropped in place to the n leading tokens they
+    share (never all of ids); (0, None) when under MIN_SHARED are shared, REUSE_PREFIX is off (--plain) or
+    the cache has a sliding window. Causal attention leaves a shared prefix's states unchanged.
+    subtle: only a negative crop means "remove that many" on every transformers version (4.x reads
+    crop(0) as "keep 0 tokens", 5.x a positive length as deprecated)."""
+    keep = min(_shared_prefix(ids, cached_ids), len(ids) - 1)
+    if not REUSE_PREFIX or keep < MIN_SHARED or any(getattr(cache, "is_sliding", [False])):
+        return 0, None
+    if keep < cache.get_seq_length():
+        cache.crop(keep - cache.get_seq_length())
+    return keep, cache
 
 
 @torch.inference_mode()

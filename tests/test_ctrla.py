@@ -5,6 +5,7 @@ import copy
 import itertools
 import json
 import random
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -365,6 +366,54 @@ def test_refusal_detector_reads_the_text_as_written():
     assert ctrla.is_refusal("I'm not sure who he is.")
 
 
+
+def test_refusal_phrases_are_the_officials_then_ours():
+    """data/ctrla_refusals.txt: the official sentence_matches_pattern's 93 phrases in their order, then our
+    three after a line marking them; the detector is any phrase, escaped, on word boundaries, in any case."""
+    lines = ctrla.REFUSAL_FILE.read_text(encoding="utf-8").splitlines()
+    assert "code/model/utils.py:150-188 (sentence_matches_pattern)" in " ".join(lines[:3])
+    phrases = common.word_list(ctrla.REFUSAL_FILE)
+    assert len(phrases) == 96 and phrases[:3] == ("not specified", "not mentioned", "don't have information")
+    assert lines[-4].startswith("# ours") and phrases[-3:] == ("i don't know", "i'm not sure", "i am not sure")
+    pattern = ctrla.refusal_pattern()
+    assert pattern.pattern == r"\b(" + "|".join(re.escape(p) for p in phrases) + r")\b" and pattern.flags & re.IGNORECASE
+    assert all(ctrla.is_refusal(f"Well: {p.upper()}.") for p in phrases)
+    assert not ctrla.is_refusal("The unknowns of the unclearly marked road.")
+
+
+def test_query_exemplars_are_the_papers_then_ours_and_a_bad_file_is_one_error(tmp_path, monkeypatch):
+    """TVQ's and REWRITE's exemplars (data/ctrla_query_exemplars.json): five each, the paper's two first, each
+    a user turn of the prompt's labelled fields and the search query as the reply, in order; a missing or
+    malformed file is one error naming it."""
+    shots = ctrla.query_exemplars()
+    assert [len(shots["tvq"]), len(shots["rewrite"])] == [5, 5]
+    assert shots["tvq"][0] == ["What is Franz Seitz Sr.'s occupation?",        # Prompt B.1's first
+                               "Franz Seitz Sr.'s occupation is not specified in the given content.",
+                               "What was Franz Seitz Sr.'s profession?"]
+    assert shots["rewrite"][1][1:] == ["What genre does the film Xanadu belong to?",       # Prompt B.2's second
+                                       'What is the significance or meaning of "Xanadu" in the film\'s title?']
+    seen = []
+    monkeypatch.setattr(common, "greedy", lambda m, t, prompt, **k: seen.append(prompt) or common.Generation(
+        "Query: Where did the Pilgrims sail from?\nmore", [], [], "stop"))
+    run = ctrla.Run(None, make_tokenizer(), {}, None, ctrla.Settings())
+    assert ctrla.write_query(run, ctrla.REWRITE, "Q?", "R.") == "Where did the Pilgrims sail from?"
+    history = [m for q, ref, query in shots["rewrite"] for m in (
+        {"role": "user", "content": f"Original question: {q}\nReference query: {ref}"},
+        {"role": "assistant", "content": query})]
+    assert seen == [common.chat_prompt(run.tok, "Original question: Q?\nReference query: R.", ctrla.REWRITE[0], history)]
+    bad = tmp_path / "exemplars.json"
+    monkeypatch.setattr(ctrla, "QUERY_FILE", bad)
+    for text in (None, "{", '{"tvq": []}', '{"tvq": [["q", "a"]], "rewrite": []}', '{"tvq": [], "rewrite": ["qaq"]}'):
+        if text is not None:
+            bad.write_text(text)
+        ctrla.query_exemplars.cache_clear()
+        with pytest.raises(common.InputError, match="exemplars.json: no TVQ / rewrite exemplars .*; restore data/"):
+            ctrla.query_exemplars()
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(common.InputError, match="exemplars.json: no TVQ / rewrite exemplars"):     # read before it
+        ctrla.main(["--output", str(tmp_path / "out.jsonl")])
+    ctrla.query_exemplars.cache_clear()
+
 class RankedHits:
     """A retriever stand-in: each query's hits in a fixed order."""
     def __init__(self, hits):
@@ -413,14 +462,12 @@ def test_monitor_crop_is_right_on_any_version(tiny, monkeypatch, fed_tokens):
     assert fed == [len(head), 12, 4] and crops == [-5]
 
 
-def test_analysis_sits_after_main():
-    """The method file keeps the method: the feature check's scores (paper 5.2, a model run) come after
-    main(); their report, which reads the scores' file, is analysis.py's."""
-    import inspect
-    line = lambda f: inspect.getsourcelines(f)[1]
-    assert line(ctrla.solve) < line(ctrla.main) < line(ctrla.check_features)
-    assert not hasattr(ctrla, "layer_ranges") and not hasattr(ctrla, "auc")
-    assert callable(analysis.layer_ranges) and callable(analysis.auc) and callable(analysis.features_report)
+def test_the_feature_check_is_analysis_s():
+    """The method file keeps the method: the feature check (paper 5.2), its scores (a model run on
+    ctrla.prepare's model and features) and their report, is analysis.py's."""
+    assert not hasattr(ctrla, "check_features") and not hasattr(ctrla, "layer_ranges") and not hasattr(ctrla, "auc")
+    assert all(callable(f) for f in (analysis.check_features, analysis.layer_ranges, analysis.auc,
+                                     analysis.features_report, ctrla.prepare))
 
 
 def test_caq_query_masks_flagged_words():
@@ -533,7 +580,7 @@ def test_monitor_only_answers_as_never_retrieve_and_records_the_triggers(tiny_ru
 @pytest.mark.slow
 def test_features_and_loop_on_smollm2():
     model, tok = common.load_model("smollm2-135m", "float32")   # the same on every CPU
-    rows = ctrla.read_statements(ctrla.HONESTY_FILE)[:6]
+    rows = common.read_statements(ctrla.HONESTY_FILE)[:6]
     feats = ctrla.features(model, tok, "honesty", n_pairs=32, rows=rows)
     assert feats["direction"].shape == (30, 576) and "center" not in feats
     assert torch.allclose(feats["direction"].norm(dim=-1), torch.ones(30), atol=1e-4)
@@ -559,14 +606,14 @@ def test_last_token_states_match_one_by_one(tiny):
 
 
 def test_check_features_runs_and_spaces_its_statements(tiny, monkeypatch):
-    """--check-features (paper 5.2) still works from its section after main(); its honesty statements
-    follow the persona prompt as the contrast prompts do ("Assistant: " + statement)."""
+    """analysis.check_features (paper 5.2) runs on CtrlA's Run; its honesty statements follow the persona
+    prompt as the contrast prompts do ("Assistant: " + statement)."""
     model, tok = tiny
     feats = {"honesty": random_features(4, 32), "confidence": random_features(4, 32, seed=1)}
     seen, real = [], ctrla.last_token_states
     monkeypatch.setattr(ctrla, "last_token_states", lambda m, t, prompts, **kw: seen.extend(prompts) or real(m, t, prompts))
     run = ctrla.Run(model, tok, feats, None, ctrla.Settings(tau=0.0, lam=0.0, steer=(-1,), monitor=(-1, -2)))
-    check = json.loads(json.dumps(ctrla.check_features(run, limit=1)))      # what --check-features writes
+    check = json.loads(json.dumps(analysis.check_features(run, limit=1)))   # what check-features writes
     report = analysis.features_report(check)
     assert set(report) == {"steer", "monitor", "top third", "middle third", "bottom third"}
     # a range's scores are the method's own, to the bit: token_scores over its layers
@@ -662,7 +709,7 @@ def test_official_statement_files_give_the_features(tmp_path, tiny, monkeypatch)
     facts, conf = tmp_path / "facts_true_false.csv", tmp_path / "confidence_train.csv"
     facts.write_text(OFFICIAL_FACTS)
     conf.write_text(OFFICIAL_CONFIDENCE)
-    assert [r["statement"] for r in ctrla.read_statements(facts)] == [
+    assert [r["statement"] for r in common.read_statements(facts)] == [
         "The Earth orbits the Sun once a year.", "Water, when frozen, becomes ice.",
         "Sound travels faster in water than in air."]      # label 1 and 1.0; never the 0 rows
     true = ["The Earth orbits the Sun once a year.", "Water, when frozen, becomes ice."]
@@ -680,7 +727,7 @@ def test_official_statement_files_give_the_features(tmp_path, tiny, monkeypatch)
     # of an unconfident one at mu_l + b_l * d_l (mu, d: the features just read, d of unit norm), and the
     # prompt token before the answer far off at mu_l + 100 * d_l (never read). The center is
     # sign_l * ((C_l + U_l) / 2 - mu_l) . d_l = sign_l * (a_l + b_l) / 2.
-    ours = {r["statement"]: r["style"] for r in ctrla.read_statements(ctrla.CONFIDENCE_FILE) + STATEMENTS}
+    ours = {r["statement"]: r["style"] for r in common.read_statements(ctrla.CONFIDENCE_FILE) + STATEMENTS}
     a, b = torch.tensor([12.0, 4.0, 5.0, 6.0]), torch.tensor([8.0, 0.0, 1.0, -6.0])
     asked, read = [], []
 
@@ -715,8 +762,8 @@ def test_official_statement_files_give_the_features(tmp_path, tiny, monkeypatch)
     monkeypatch.setattr(common, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(ctrla, "features", lambda m, t, kind, n, rows: {"rows": [r["statement"] for r in rows]})
     official = ctrla.load_features(model, tok, "tiny", 8, None, facts, conf)
-    assert official["honesty"]["rows"] == [r["statement"] for r in ctrla.read_statements(facts)]
-    assert official["confidence"]["rows"] == [r["statement"] for r in ctrla.read_statements(conf)]
+    assert official["honesty"]["rows"] == [r["statement"] for r in common.read_statements(facts)]
+    assert official["confidence"]["rows"] == [r["statement"] for r in common.read_statements(conf)]
     ctrla.load_features(model, tok, "tiny", 8)
     assert len(list((tmp_path / "ctrla").glob("tiny-8-*.pt"))) == 2
 
@@ -1036,14 +1083,14 @@ def test_help_lists_the_methods_flags_before_the_engineering_ones(capsys):
 
 
 def test_check_features_writes_its_scores_and_analysis_reports_them(tiny, monkeypatch, tmp_path, capsys):
-    """--check-features runs the model (its scores into a file, then a pointer); analysis.py features FILE
-    reads the file without one and prints paper 5.2's table."""
+    """analysis.py check-features runs the model with ctrla.py's flags (its scores into a file, then a pointer);
+    analysis.py features FILE reads the file without one and prints paper 5.2's table."""
     feats = {"honesty": random_features(4, 32), "confidence": random_features(4, 32, seed=1)}
     monkeypatch.setattr(common, "load_model", lambda *a, **k: tiny)
     monkeypatch.setattr(ctrla, "load_features", lambda *a, **k: feats)
     out = tmp_path / "check.json"
-    ctrla.main(["--check-features", "--tau", "0", "--lam", "0", "--steer-layers", "1:2", "--monitor-layers", "1:3",
-                "--limit", "1", "--output", str(out), "--device", "cpu"])
+    analysis.main(["check-features", "--tau", "0", "--lam", "0", "--steer-layers", "1:2", "--monitor-layers", "1:3",
+                   "--limit", "1", "--output", str(out), "--device", "cpu"])
     assert f"its report per layer range: python analysis.py features {out}" in capsys.readouterr().err
     check = json.loads(out.read_text())
     assert (check["n_layers"], check["steer"], check["monitor"], check["tau"]) == (4, [-1], [-1, -2], 0.0)
@@ -1051,3 +1098,14 @@ def test_check_features_writes_its_scores_and_analysis_reports_them(tiny, monkey
     printed = capsys.readouterr().out
     assert "1 held-out true and 1 false statements; 1 answerable (A_Y) and 1 unanswerable (A_N) questions" in printed
     assert printed.count("\n  A_") == 2 and "\nmonitor        -1..-2   |" in printed
+
+
+def test_the_moved_check_features_flag_names_its_new_command(monkeypatch):
+    """ctrla.py --check-features is analysis.py check-features now: one line giving the command with the
+    same flags, before anything is read or loaded."""
+    monkeypatch.setattr(common, "check_inputs", lambda *a, **k: pytest.fail("inputs read"))
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(common.InputError) as e:
+        ctrla.main(["--model", "qwen2.5-coder-1.5b", "--check-features", "--output", "my check.json"])
+    assert str(e.value) == ("--check-features moved: python analysis.py check-features --model qwen2.5-coder-1.5b "
+                            "--output 'my check.json'")

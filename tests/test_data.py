@@ -218,6 +218,34 @@ def test_ctrla_files(tmp_path):
                       "answers": ["Alan Turing"], "dataset": "bio", "topic": "Alan Turing"}
 
 
+def test_statement_files_and_word_lists(tmp_path):
+    """CtrlA's other data files: a statement file keeps its label-1 rows as the official notebooks'
+    df[df["label"] == 1] does (pandas reads "1", "1.0" and "True" as 1); a word list is a file's lines in
+    order, its # lines (the source) and blank ones left out, read once; each error is one line."""
+    assert [questions.label_is_one(v) for v in ("1", "1.0", " True", "true", "0", "0.0", "False", "x", "")] == \
+        [True] * 4 + [False] * 5
+    facts = tmp_path / "facts.csv"
+    facts.write_text('statement,label\nA b.,1\nB c.,0\n"C, d.",1.0\nE f.,True\n')
+    assert [r["statement"] for r in questions.read_statements(facts)] == ["A b.", "C, d.", "E f."]
+    facts.write_text("statement\nNo label column.\n")         # no label column: every row
+    assert [r["statement"] for r in questions.read_statements(facts)] == ["No label column."]
+    for i, (text, says) in enumerate([(None, "cannot read statements"), ("text,label\nA.,1\n", "no 'statement' column"),
+                                      ("statement,label\n ,1\n", "an empty statement"),
+                                      ("statement,label\nA.,0\n", "no statement with label 1")]):
+        path = tmp_path / f"bad{i}.csv"
+        if text is not None:
+            path.write_text(text)
+        with pytest.raises(InputError, match=f"bad{i}.csv: .*{says}"):
+            questions.read_statements(path)
+    words = tmp_path / "words.txt"
+    words.write_text("# the source\nnot specified\n\ni don't know\n# ours\nUnknown\n")
+    assert questions.word_list(words) == ("not specified", "i don't know", "Unknown")
+    words.write_text("changed\n")
+    assert questions.word_list(words) == ("not specified", "i don't know", "Unknown")      # read once
+    with pytest.raises(InputError, match="nothing.txt: cannot read .*; restore data/"):
+        questions.word_list(tmp_path / "nothing.txt")
+
+
 def test_rowen_files():
     tqa = load_dataset(FIXTURES / "rowen_truthfulqa.json")
     assert tqa[0]["dataset"] == "truthfulqa" and tqa[0]["id"] == "truthfulqa-0"

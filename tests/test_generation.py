@@ -240,6 +240,26 @@ def test_prefix_reuse_gives_the_same_outputs_and_skips_the_shared_tokens(tiny):
     assert seen2[0] == 1
 
 
+
+def test_shared_cache_serves_the_shared_prefix_only(tiny, monkeypatch):
+    """speed.shared_cache (CtrlA's monitor): the KV cache of a pass over ids A serves ids B's first n tokens,
+    n their shared prefix but never all of B, cropped in place (a negative crop); nothing under MIN_SHARED
+    shared, nor with REUSE_PREFIX off (--plain)."""
+    model, _ = tiny
+    a = list(range(5, 45))
+    with torch.no_grad():
+        cache = model(input_ids=torch.tensor([a]), use_cache=True).past_key_values
+    assert speed.shared_cache(a[:speed.MIN_SHARED - 1] + [50], a, cache) == (0, None)
+    monkeypatch.setattr(speed, "REUSE_PREFIX", False)
+    assert speed.shared_cache(a, a, cache) == (0, None) and cache.get_seq_length() == 40
+    monkeypatch.setattr(speed, "REUSE_PREFIX", True)
+    crops = []
+    real = type(cache).crop
+    monkeypatch.setattr(type(cache), "crop", lambda self, n: crops.append(n) or real(self, n))
+    assert speed.shared_cache(a + [50], a, cache) == (40, cache) and crops == []     # all of the cache, uncropped
+    assert speed.shared_cache(a[:30] + [50, 51], a, cache) == (30, cache) and crops == [-10]
+    assert speed.shared_cache(a[:30], a[:30], cache) == (29, cache) and cache.get_seq_length() == 29
+
 def test_buffered_cache_layer_equals_concatenation_and_grows():
     from transformers.cache_utils import DynamicLayer
     plain = DynamicLayer()

@@ -72,3 +72,34 @@ def test_no_file_uses_another_files_private_names():
             if isinstance(node, ast.ImportFrom) and node.module in MODULES and node.module != m:
                 used += [f"{m}.py imports {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
     assert used == []
+
+
+# The reader's figures: each method file is its method first, read in one sitting, and no file is a tome.
+# At most 700 lines each, but ctrla.py: its method alone, settings to the loop, is 716 lines (two feature
+# readings, steering, the monitor, the official word rules, four prompt families, the refusal loop)
+MAX_METHOD_LINES = {"seakr": 700, "ctrla": 900, "rowen": 700}
+MAX_FILE_LINES = 1000
+MIN_METHOD_SHARE = 0.6
+
+
+def method_share(path: Path) -> tuple[int, float]:
+    """(lines, share of them that is the method): the lines from the first section heading ("# ---" and a
+    title) up to the "Command line" heading (settings, math, prompts, model calls, the loop, the method's
+    text rules); the docstring and imports before, the command line and anything after, are not."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    heads = [i for i, line in enumerate(lines[:-1]) if line.startswith("# ---")]
+    cli = next(i for i in heads if lines[i + 1].startswith("# Command line"))
+    return len(lines), (cli - heads[0]) / len(lines)
+
+
+def test_each_method_file_is_its_method_first():
+    figures = {m: method_share(ROOT / f"{m}.py") for m in MAX_METHOD_LINES}
+    print("\n".join(f"{m}.py: {n} lines, {share:.0%} method" for m, (n, share) in figures.items()))
+    assert {m: n for m, (n, _) in figures.items() if n > MAX_METHOD_LINES[m]} == {}
+    assert {m: round(s, 2) for m, (_, s) in figures.items() if s < MIN_METHOD_SHARE} == {}
+
+
+def test_no_project_file_is_a_tome():
+    files = [*ROOT.glob("*.py"), *(ROOT / "benchmarks").glob("*.py")]
+    long = {p.name: n for p in files if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_FILE_LINES}
+    assert long == {}

@@ -2,6 +2,7 @@
 scores, batching and call counts, and the loop on tiny random models."""
 import argparse
 import hashlib
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -963,6 +964,14 @@ def test_each_calibrated_threshold_is_read_from_its_own_tasks_z(task, rate_of_th
 
 # ---------------------------------------------------------------------------------------------- Stage 3 again
 
+def repair_tool():
+    """benchmarks/repair_again.py, a script, as a module: its rowen and common are the ones imported here."""
+    spec = importlib.util.spec_from_file_location("repair_again", Path(__file__).parents[1] / "benchmarks" / "repair_again.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_repair_rebuilds_from_a_written_trace_the_prompt_solve_sent(monkeypatch, tiny):
     out, script = run_scripted(monkeypatch, tiny, SQA_RULES, SQA, threshold=1.1)
     sent = [(m, us) for m, us in script.batches if any(REPAIR_KEY in u for u in us)]
@@ -992,12 +1001,13 @@ def test_repair_again_redoes_stage_3_of_a_run_file(tmp_path, monkeypatch, tiny, 
     monkeypatch.setattr(common, "load_model", lambda name, *a, **k: ("V" if name == rowen.VERIFIER else "M", tiny[1]))
     rules = {**SQA_RULES, "M": [("Search results:", "True")] + SQA_RULES["M"]}    # ours says True, the official False
 
-    def main(argv, out):        # (the user turns M was asked, the rows of the file `out`)
+    def main(argv, out, command=rowen.main):     # (the user turns M was asked, the rows of the file `out`)
         script = PerQuestion(rules)
         monkeypatch.setattr(common, "greedy", script.greedy)
         monkeypatch.setattr(common, "sample", script.sample)
-        rowen.main(argv)
+        command(argv)
         return [u for _, us in script.batches for u in us], metrics.read_rows(out)
+    again = lambda argv, out: main(argv, out, repair_tool().main)
     source_asked, source = main(["--data", str(data), "--corpus", str(corpus), "--k", "3", "--threshold", "1.1",
                                  "--repair-prompt", "correct", "--output", str(src)], src)
     assert ["evidence" in r["trace"] for r in source] == [True, False] and source[0]["prediction"] == "yes"
@@ -1006,15 +1016,15 @@ def test_repair_again_redoes_stage_3_of_a_run_file(tmp_path, monkeypatch, tiny, 
 
     # the consistency check: with the run's own prompt, the same prompt goes out and every row comes back as it was
     capsys.readouterr()
-    asked, rows = main(["--repair-again", str(src), "--repair-prompt", "correct", "--output", str(tmp_path / "c.jsonl")],
-                       tmp_path / "c.jsonl")
+    asked, rows = again([str(src), "--repair-prompt", "correct", "--output", str(tmp_path / "c.jsonl")],
+                        tmp_path / "c.jsonl")
     assert asked == [u for u in source_asked if u.startswith("Search results:")] and len(asked) == 1
     assert all(same(a, b) for a, b in zip(rows, source)) and len(rows) == 2
     assert "1 of 1 repair outputs as stored in run.jsonl; 0 of 2 predictions changed" in capsys.readouterr().out
 
     # the official prompt, one row first: only the repair's fields change
     off = tmp_path / "run-repair-official.jsonl"                   # the default name
-    asked, rows = main(["--repair-again", str(src), "--repair-prompt", "official", "--limit", "1"], off)
+    asked, rows = again([str(src), "--repair-prompt", "official", "--limit", "1"], off)
     assert len(asked) == 1 and REPAIR_KEY in asked[0] and asked[0].startswith("You are an advanced AI")
     assert rows[0]["prediction"] == "no" and {k: v for k, v in rows[0]["trace"].items() if source[0]["trace"][k] != v} == \
         {"repair_prompt": "official", "repair_output": "False.", "final_answer": "False."}
@@ -1022,7 +1032,7 @@ def test_repair_again_redoes_stage_3_of_a_run_file(tmp_path, monkeypatch, tiny, 
     # a resume skips the done row (a row cut short by an interruption is dropped); the row that did not retrieve
     # is copied without a call
     off.write_text(off.read_text() + '{"id": "strategyqa-1", "predic')
-    asked, rows = main(["--repair-again", str(src), "--repair-prompt", "official"], off)
+    asked, rows = again([str(src), "--repair-prompt", "official"], off)
     assert asked == [] and rows[0]["trace"]["repair_output"] == "False." and same(rows[1], source[1]) and len(rows) == 2
     assert "0 of 1 repair outputs as stored in run.jsonl; 1 of 2 predictions changed" in capsys.readouterr().out
     settings = json.loads(off.with_suffix(".settings.json").read_text())
@@ -1030,15 +1040,15 @@ def test_repair_again_redoes_stage_3_of_a_run_file(tmp_path, monkeypatch, tiny, 
     assert settings["question file"].endswith(hashlib.sha256(src.read_bytes()).hexdigest()[:16])   # the run's content
     assert settings["method code"].startswith("rowen.py, ") and settings["--model"] == rowen.MODEL
     with pytest.raises(common.InputError, match=r"made with --repair-prompt = official, this run has correct"):
-        main(["--repair-again", str(src), "--repair-prompt", "correct", "--output", str(off)], off)
+        again([str(src), "--repair-prompt", "correct", "--output", str(off)], off)
     with pytest.raises(common.InputError, match="is the run being repaired"):
-        main(["--repair-again", str(src), "--output", str(src)], src)
+        again([str(src), "--repair-prompt", "official", "--output", str(src)], src)
     # a failed row stays failed, with its error
     failed = tmp_path / "failed.jsonl"
     failed.write_text(json.dumps(source[0]) + "\n" + json.dumps({**source[1], "prediction": "", "trace": {},
                                                                  "error": "too long"}) + "\n")
     failed.with_suffix(".settings.json").write_text(src.with_suffix(".settings.json").read_text())
-    _, rows = main(["--repair-again", str(failed), "--repair-prompt", "official"], tmp_path / "failed-repair-official.jsonl")
+    _, rows = again([str(failed), "--repair-prompt", "official"], tmp_path / "failed-repair-official.jsonl")
     assert rows[0]["prediction"] == "no" and rows[1]["error"] == "too long" and rows[1]["prediction"] == ""
 
 
@@ -1051,8 +1061,8 @@ def test_repair_again_on_a_tiny_model_gives_back_the_stored_outputs(tmp_path, mo
                 "--output", str(src)])
     served = speed.CACHE_STATS["served"]
     for _ in range(2):       # the second time from the call cache (--cache), as other runs
-        rowen.main(["--repair-again", str(src), "--repair-prompt", "correct", "--cache", str(tmp_path / "cache"),
-                    "--overwrite", "--output", str(again)])
+        repair_tool().main([str(src), "--repair-prompt", "correct", "--cache", str(tmp_path / "cache"),
+                            "--overwrite", "--output", str(again)])
         old, new = metrics.read_rows(src), metrics.read_rows(again)
         assert [r["trace"]["repair_output"] for r in new] == [r["trace"]["repair_output"] for r in old]
         assert [r["prediction"] for r in new] == [r["prediction"] for r in old] and len(new) == 2
@@ -1104,3 +1114,38 @@ def test_modes_from_points_to_analysis(tmp_path):
     """Reading a run file moved to analysis.py: the old flag names the command that does it now."""
     with pytest.raises(common.InputError, match=r"--modes-from moved: python analysis.py modes RUN.jsonl --limit 3$"):
         rowen.main(["--modes-from", "RUN.jsonl", "--limit", "3"])
+
+
+def test_repair_again_points_to_its_tool(monkeypatch):
+    """Stage 3 redone alone moved to benchmarks/repair_again.py: the old flag names its command, with the flags
+    given that it takes, and that command parses (here it stops at the missing run file), no model loaded."""
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    with pytest.raises(common.InputError, match=r"^--repair-again moved: python benchmarks/repair_again.py RUN.jsonl "
+                                                r"--repair-prompt official$"):
+        rowen.main(["--repair-again", "RUN.jsonl"])
+    with pytest.raises(common.InputError) as moved:
+        rowen.main(["--repair-again", "RUN.jsonl", "--repair-prompt", "correct", "--limit", "3", "--skip", "1",
+                    "--output", "o.jsonl", "--overwrite", "--cache", "calls", "--seed", "2"])
+    command = "python benchmarks/repair_again.py RUN.jsonl --repair-prompt correct --output o.jsonl --limit 3 " \
+              "--skip 1 --cache calls --overwrite"
+    assert str(moved.value) == f"--repair-again moved: {command}"
+    with pytest.raises(common.InputError, match="RUN.jsonl: no such file"):
+        repair_tool().main(command.split()[2:])
+
+
+@pytest.mark.parametrize("retrieve", ["never", "always"])
+def test_a_threshold_with_never_or_always_is_said_to_set_only_the_traced_decision(monkeypatch, capsys, tiny, retrieve):
+    """--threshold with --retrieve never or always: one stderr note says that retrieval does not depend on it and
+    that it only sets the decision the trace records; two thresholds' rows differ in just that (and the
+    threshold the trace names)."""
+    note = (f"note: with --retrieve {retrieve}, retrieval does not depend on --threshold 1.1: it only sets the "
+            "decision the trace records (Z < 1.1: whether Rowen would retrieve)\n")
+    parsed(monkeypatch, ["--retrieve", retrieve, "--threshold", "1.1"])
+    assert capsys.readouterr().err == note
+    parsed(monkeypatch, ["--retrieve", retrieve])
+    parsed(monkeypatch, ["--threshold", "1.1"])
+    assert "note:" not in capsys.readouterr().err
+    a, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, threshold=1.1, retrieve=retrieve)      # Z = 1.0
+    b, _ = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, threshold=0.5, retrieve=retrieve)
+    assert {k for k in a["trace"] if a["trace"][k] != b["trace"][k]} == {"threshold", "decision"}
+    assert {**a, "trace": None} == {**b, "trace": None} and a["trace"]["decision"] != b["trace"]["decision"]

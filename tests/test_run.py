@@ -432,3 +432,20 @@ def test_a_skip_past_the_questions_is_refused_before_the_model(tmp_path):
     args = make_args(tmp_path, skip=5)                      # the fixture holds 3 questions
     with pytest.raises(common.InputError, match="--skip 5: 3 questions are loaded; skip 0 to 2 of them"):
         common.check_inputs(args, "fake", __file__)
+
+
+def test_settings_hash_the_methods_data_files_and_statement_files_given(tmp_path):
+    import ctrla
+    import seakr
+    settings = common.run_settings(make_args(tmp_path), seakr.__file__)
+    assert settings["seakr_exemplars.json data"] == common.speed.file_id(seakr.EXEMPLAR_FILE)
+    assert not any(k.startswith("ctrla_") for k in settings)          # another method's data is no part of it
+    mine = tmp_path / "facts.csv"
+    mine.write_text("statement,label\nThe sky is blue.,1\n")
+    settings = common.run_settings(make_args(tmp_path, honesty_data=str(mine)), ctrla.__file__)
+    assert {"ctrla_refusals.txt data", "ctrla_query_exemplars.json data", "ctrla_stop_words.txt data",
+            "facts.csv data"} <= set(settings)
+    before = settings["facts.csv data"]
+    mine.write_text("statement,label\nThe sky is green.,1\n")         # the same path, other statements
+    assert common.run_settings(make_args(tmp_path, honesty_data=str(mine)), ctrla.__file__)["facts.csv data"] != before
+    assert not [k for k in common.run_settings(make_args(tmp_path), "-") if k.endswith(" data")]
