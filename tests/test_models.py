@@ -136,15 +136,16 @@ def test_split_aliases_match_qwen_published_sizes():
 
 XEON_AMX = "fpu vme sse sse2 avx avx2 avx512f avx512_bf16 amx_bf16 amx_tile amx_int8"
 ZEN4 = "fpu sse2 avx avx2 avx512f avx512_bf16 avx512_vnni"
+XEON_AVX512_BF16 = "fpu sse2 avx avx2 avx512f avx512bw avx512_bf16"     # family 6 model 207, AMX not listed
 EPYC_AVX2 = "fpu vme sse sse2 ssse3 sse4_1 sse4_2 avx f16c avx2 fma bmi2"
 
 
 @pytest.mark.parametrize("device,flags,dtype,why", [
     ("cpu", XEON_AMX, "bfloat16", "amx_bf16"),
-    ("cpu", ZEN4, "bfloat16", "avx512_bf16"),
-    ("cpu", EPYC_AVX2, "float32", "neither"),
-    ("cpu", "", "float32", "neither"),                 # no /proc/cpuinfo (macOS)
-    ("cpu", "avx512f avx512bw", "float32", "neither"),  # AVX-512 without its bf16 extension
+    ("cpu", XEON_AVX512_BF16, "float32", "no amx_bf16"),  # measured: bfloat16 slower without AMX
+    ("cpu", ZEN4, "float32", "no amx_bf16"),
+    ("cpu", EPYC_AVX2, "float32", "no amx_bf16"),
+    ("cpu", "", "float32", "no amx_bf16"),              # no /proc/cpuinfo (macOS)
     ("cuda", "", "bfloat16", "cuda"),
 ])
 def test_choose_dtype(device, flags, dtype, why):
@@ -154,6 +155,7 @@ def test_choose_dtype(device, flags, dtype, why):
 
 def test_choose_dtype_matches_whole_flags_only():
     assert models.choose_dtype("cpu", "xamx_bf16x avx512_bf16_foo")[0] == "float32"
+    assert models.choose_linear("cpu", "bfloat16", "avx2 xavx512_bf16 amx_bf16x")[0] == "plain"
 
 
 def test_cpu_flags_reads_the_flags_line(monkeypatch, tmp_path):
@@ -229,19 +231,21 @@ def test_int8_is_refused_off_the_cpu_and_unknown_dtypes_are_named(tmp_path):
 
 # ---------------------------------------------------------------- --linear: the kernel of the linear layers
 
-@pytest.mark.parametrize("device,dtype,flags,vendor,linear,why", [
-    ("cpu", "float32", EPYC_AVX2, "AuthenticAMD", "onednn", "measured faster"),   # the measured kind
-    ("cpu", "bfloat16", EPYC_AVX2, "AuthenticAMD", "plain", "bfloat16"),
-    ("cpu", "float32", ZEN4, "AuthenticAMD", "plain", "not measured"),            # AVX-512: not measured
-    ("cpu", "float32", XEON_AMX, "GenuineIntel", "plain", "not measured"),
-    ("cpu", "bfloat16", XEON_AMX, "GenuineIntel", "plain", "bfloat16"),
-    ("cpu", "float32", EPYC_AVX2, "GenuineIntel", "plain", "not measured"),
-    ("cpu", "int8", EPYC_AVX2, "AuthenticAMD", "plain", "int8"),
-    ("cpu", "float32", "", "", "plain", "not measured"),                          # no /proc/cpuinfo
-    ("cuda", "bfloat16", "", "", "plain", "cuda"),
+@pytest.mark.parametrize("device,dtype,flags,linear,why", [
+    ("cpu", "float32", EPYC_AVX2, "onednn", "measured faster"),       # each measured kind
+    ("cpu", "float32", XEON_AVX512_BF16, "onednn", "measured faster"),
+    ("cpu", "float32", XEON_AMX, "onednn", "measured faster"),
+    ("cpu", "bfloat16", XEON_AVX512_BF16, "onednn", "AVX512-BF16 or AMX"),
+    ("cpu", "bfloat16", XEON_AMX, "onednn", "AVX512-BF16 or AMX"),
+    ("cpu", "float32", ZEN4, "onednn", "measured faster"),            # unmeasured, follows the rule
+    ("cpu", "bfloat16", EPYC_AVX2, "plain", "bfloat16"),              # oneDNN has no bfloat16 linear there
+    ("cpu", "int8", EPYC_AVX2, "plain", "int8"),
+    ("cpu", "float16", XEON_AMX, "plain", "float16"),
+    ("cpu", "float32", "", "plain", "x86 CPUs with AVX2"),            # no /proc/cpuinfo (macOS, Arm)
+    ("cuda", "bfloat16", "", "plain", "cuda"),
 ])
-def test_choose_linear(device, dtype, flags, vendor, linear, why):
-    got, reason = models.choose_linear(device, dtype, flags, vendor)
+def test_choose_linear(device, dtype, flags, linear, why):
+    got, reason = models.choose_linear(device, dtype, flags)
     assert got == linear and why in reason
 
 
@@ -284,9 +288,8 @@ def test_load_model_keeps_one_model_per_kernel_and_plain_gets_the_plain_modules(
     common.check_inputs(_run_args(tmp_path, linear="onednn"))
     assert common.load_model(path, "float32", "cpu")[0] is fast
     # auto follows the CPU kind; the model on disk is read once per resolved kernel
-    monkeypatch.setattr(models, "cpu_vendor", lambda: "GenuineIntel")
+    monkeypatch.setattr(models, "cpu_flags", lambda: "fpu neon")           # no x86 CPU: plain
     assert common.load_model(path, "float32", "cpu", "auto")[0] is plain
-    monkeypatch.setattr(models, "cpu_vendor", lambda: "AuthenticAMD")
     monkeypatch.setattr(models, "cpu_flags", lambda: "fpu avx2 fma")
     assert common.load_model(path, "float32", "cpu", "auto")[0] is fast
 
@@ -308,19 +311,18 @@ def _run_args(tmp_path, **kw):
 
 def test_settings_record_the_kernel_and_a_resume_with_another_is_refused(tmp_path, monkeypatch):
     answer = lambda rec: {"prediction": rec["answers"][0]}     # noqa: E731
-    monkeypatch.setattr(models, "cpu_vendor", lambda: "AuthenticAMD")
-    monkeypatch.setattr(models, "cpu_flags", lambda: "fpu avx2 fma")               # the measured kind
+    monkeypatch.setattr(models, "cpu_flags", lambda: "fpu avx2 fma")               # an x86 CPU: onednn
     assert common.run_settings(_run_args(tmp_path), None)["linear layers"] == "onednn"
     assert common.run_settings(_run_args(tmp_path, plain=True), None)["linear layers"] == "plain"
     assert common.run_settings(_run_args(tmp_path, dtype="int8"), None)["linear layers"] == "plain"
     common.run(_run_args(tmp_path, limit=1), "fake", answer)
     with pytest.raises(common.InputError, match="was made with --plain = False, this run has True"):
         common.run(_run_args(tmp_path, limit=1, plain=True), "fake", answer)
-    monkeypatch.setattr(models, "cpu_vendor", lambda: "GenuineIntel")     # the same flags, on another CPU kind
+    monkeypatch.setattr(models, "cpu_flags", lambda: "fpu neon")          # another CPU kind: plain
     with pytest.raises(common.InputError, match="was made with linear layers = onednn, this run has plain; "
                                                 "pass another --output"):
         common.run(_run_args(tmp_path, limit=1), "fake", answer)
     # the same kernel named explicitly resumes on any CPU
     common.run(_run_args(tmp_path, limit=1, linear="onednn", overwrite=True), "fake", answer)
-    monkeypatch.setattr(models, "cpu_vendor", lambda: "AuthenticAMD")
+    monkeypatch.setattr(models, "cpu_flags", lambda: "fpu avx2 fma")
     common.run(_run_args(tmp_path, limit=2, linear="onednn"), "fake", answer)

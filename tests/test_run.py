@@ -150,7 +150,6 @@ def test_resume_stops_when_a_setting_differs_and_overwrite_starts_afresh(tmp_pat
 
 def test_resume_stops_when_auto_picks_another_precision(tmp_path, monkeypatch):
     monkeypatch.setattr(models, "cpu_flags", lambda: "fpu sse avx2 fma")        # an AVX2-only CPU
-    monkeypatch.setattr(models, "cpu_vendor", lambda: "GenuineIntel")   # plain linear layers on both CPUs
     args = make_args(tmp_path, limit=1, device="cpu")
     common.run(args, "fake", answer)
     monkeypatch.setattr(models, "cpu_flags", lambda: "fpu avx2 amx_bf16")       # the same file on an AMX one
