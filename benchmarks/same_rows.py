@@ -35,7 +35,7 @@ def first_difference(a, b, path: str = "") -> str | None:
         for i, (x, y) in enumerate(zip(a, b)):
             if (found := first_difference(x, y, f"{path}[{i}]")) is not None:
                 return found
-        return None if len(a) == len(b) else f"{path} (length {len(a)} -> {len(b)})"
+        return None if len(a) == len(b) else f"{path.lstrip('.')} (length {len(a)} -> {len(b)})"
     return None if a == b else path.lstrip(".") or "(the row)"
 
 
