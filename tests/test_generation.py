@@ -720,17 +720,21 @@ def test_hooks_on_mlp_and_decoder_layers_fire_on_onednn_models(tiny_real):
     assert torch.allclose(logits["plain"], logits["fast"], atol=1e-4)
 
 
-def test_tied_lm_head_stays_plain_and_shares_the_embedding():
+def test_tied_lm_head_gets_its_own_onednn_copy_and_the_embedding_stays():
     from conftest import make_bytelevel_tokenizer
     tok = make_bytelevel_tokenizer()
     plain = wide_model(tok, tie=True)
     assert plain.lm_head.weight is plain.get_input_embeddings().weight
     fast = onednn_twin(plain)
-    assert type(fast.lm_head) is torch.nn.Linear and fast.lm_head.weight is fast.get_input_embeddings().weight
+    assert isinstance(fast.lm_head, models.OneDNNLinear) and fast.lm_head.weight.is_mkldnn
+    embedding = fast.get_input_embeddings().weight
+    assert not embedding.is_mkldnn and torch.equal(embedding, plain.get_input_embeddings().weight)
+    assert torch.equal(fast.lm_head.weight.to_dense(), embedding)          # the same numbers, its own copy
     assert isinstance(common.decoder_layers(fast)[0].mlp.down_proj, models.OneDNNLinear)
     ids = torch.tensor([common.encode(tok, "What is the capital of France?")])
     with torch.no_grad():
-        assert torch.allclose(plain(ids).logits, fast(ids).logits, atol=1e-4)
+        a, b = plain(ids).logits, fast(ids).logits
+    assert 0 < float((a - b).abs().max()) < 1e-4          # rounding differs, within tolerance
 
 
 @pytest.mark.slow
@@ -738,7 +742,7 @@ def test_onednn_fast_path_equals_the_plain_reference_on_smollm2():
     plain, tok = common.load_model("smollm2-135m", "float32", "cpu", "plain")
     fast, _ = common.load_model("smollm2-135m", "float32", "cpu", "onednn")
     assert any(isinstance(m, models.OneDNNLinear) for m in fast.modules())
-    assert type(fast.lm_head) is torch.nn.Linear           # tied to the embedding: kept plain
+    assert isinstance(fast.lm_head, models.OneDNNLinear)   # tied to the embedding: a reordered copy
     mlp = lambda m: common.decoder_layers(m)[len(common.decoder_layers(m)) // 2 - 1].mlp   # noqa: E731
     prompt = common.chat_prompt(tok, "Who directed the film Laughter In Hell?")
     kw = dict(max_new_tokens=16, stop=("\n",))
