@@ -450,7 +450,8 @@ def _prefill_one(model, ids: list[int]):
         cache = candidates[best][1]
         if shared[best] >= MIN_SHARED and not any(cache.is_sliding):
             keep, past = shared[best], _fork(cache)
-            past.crop(keep - past.get_seq_length())
+            if keep < past.get_seq_length():   # crop(0) would empty it on 4.x: see shared_cache
+                past.crop(keep - past.get_seq_length())
     mask = torch.ones(1, len(ids), dtype=torch.long, device=dev)
     positions = torch.arange(keep, len(ids), device=dev)[None]
     logits, past = _forward(model, torch.tensor([ids[keep:]], device=dev), mask, positions, past)

@@ -162,3 +162,29 @@ def test_same_rows_ignores_the_clock_and_names_the_first_difference(tmp_path, ca
     assert sr.first_difference({"a": [1, 2]}, {"a": [1]}) == "a (length 2 -> 1)"
     assert sr.first_difference({"a": 1}, {"a": 1, "b": 2}) == "b (only after)"
     assert sr.main([str(before), str(after / "run.jsonl")]) == 2          # a folder against a file
+
+
+# ---------------------------------------------------------------- bf16_drift.py: the state U reads, fed again
+
+def test_bf16_drift_refeeds_the_state_reference_records(tiny_real):
+    """Feeding a run's samples again (one prefill, then each sample's tokens with its last one replaced
+    by EOS) reads the very state common.reference recorded as `hidden`, on both tokenizer kinds; and a row
+    that ended at EOS is read at prompt + its tokens + EOS, as one plain forward pass over them reads it."""
+    import torch
+    import common
+    from speed import Generation
+    bd = load("bf16_drift")
+    model, tok = tiny_real
+    mlp = common.decoder_layers(model)[1].mlp
+    prompt = "Question: Who directed the film Laughter In Hell? Answer:"
+    gens = common.reference(model, tok, prompt, 4, seed=3, top_k=30, temperature=1.3, max_new_tokens=6,
+                            stop=("e",), hidden_module=mlp)
+    assert {g.finish for g in gens} >= {"length"} and all(g.token_ids for g in gens)
+    again = bd.refeed_states(model, tok, prompt, gens, mlp)
+    assert again.shape == (5, model.config.hidden_size)
+    assert torch.allclose(again, torch.stack([g.hidden for g in gens]), atol=1e-5)
+    ended = Generation("x", gens[0].token_ids[:3], [0.0] * 3, "eos")
+    ids = common.encode(tok, prompt) + ended.token_ids + [tok.eos_token_id]
+    with common.record_output(mlp) as out, torch.no_grad():
+        model(input_ids=torch.tensor([ids]))
+    assert torch.allclose(bd.refeed_states(model, tok, prompt, [ended], mlp)[0], out[0][0, -1], atol=1e-5)

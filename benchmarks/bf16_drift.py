@@ -1,0 +1,115 @@
+"""How far bfloat16 moves SeaKR's eigen score U from float32's, the samples held fixed.
+
+    python benchmarks/bf16_drift.py [--model ALIAS] [--limit N]
+
+SeaKR's first step on each of the first N HotpotQA demo questions (seakr.call, as a run makes it: the
+greedy step and k samples, drawn in float32), then each sample's tokens fed again through the same
+model loaded in bfloat16, in one teacher-forced pass after the prompt's prefill, reading the state U
+reads (layer L/2 - 1's MLP output at the sample's last token replaced by EOS: common.reference).
+Prints, per question, U in both precisions and whether SeaKR's decision at the model's delta differs;
+then a JSON line. The same feeding through the float32 model must give back the states the run
+recorded (`float32_refeed_max_diff`), which checks that the feeding reads the state U reads.
+
+Why held fixed: a bfloat16 run draws other samples (its logits round differently), so two runs' U differ by
+sampling as well; this measures the precision alone. On a CPU without AMX or AVX512-BF16, torch
+emulates bfloat16 (slow: minutes per question for SmolLM2), with float32 sums as AMX's, so the rounding
+measured is the precision's, not the CPU's.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import common  # noqa: E402
+import models  # noqa: E402
+import seakr  # noqa: E402
+
+
+@torch.inference_mode()
+def refeed_states(model, tok, prompt: str, gens, module) -> torch.Tensor:
+    """[len(gens), hidden] the output of `module` at each generation's EOS-substituted last position
+    (prompt + tokens[:-1] + [EOS], or prompt + tokens + [EOS] for a row that ended at EOS), fed
+    through `model` after one prefill of the prompt: the state common.reference records as `hidden`."""
+    ids = common.encode(tok, prompt)
+    seen = {}
+    hook = module.register_forward_hook(lambda m, i, o: seen.__setitem__("h", (o[0] if isinstance(o, tuple) else o)[:, -1]))
+    try:
+        prefix = model(input_ids=torch.tensor([ids[:-1]]), use_cache=True).past_key_values
+        states = []
+        for g in gens:
+            tail = ids[-1:] + (g.token_ids if g.finish == "eos" else g.token_ids[:-1]) + [tok.eos_token_id]
+            model(input_ids=torch.tensor([tail]), past_key_values=copy.deepcopy(prefix), use_cache=True)
+            states.append(seen["h"][0].float())
+    finally:
+        hook.remove()
+    return torch.stack(states)
+
+
+def first_steps(model, tok, records, s: seakr.Settings):
+    """(prompt, greedy text, [samples], U) of SeaKR's first call on each record, as its loop makes it."""
+    prefix = seakr.load_exemplars("hotpotqa")
+    recorded = []
+    original = common.sample_many
+
+    def recording(*args, **kw):
+        out = original(*args, **kw)
+        recorded.append(out)
+        return out
+
+    common.sample_many = recording
+    try:
+        for rec in records:
+            prompt = seakr.build_prompt(prefix, seakr.edit_question(rec["question"], True))
+            budget = seakr.Budget(common.question_seed(s.seed, rec["id"]))
+            c = seakr.call(model, tok, prompt, seakr.stop_strings(False, final=False), s, budget)
+            gens = recorded.pop()[0]
+            yield rec["id"], prompt, c.text, [g for g in gens[1:] if g.text.strip()], c.score
+    finally:
+        common.sample_many = original
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--limit", type=int, default=4)
+    a = p.parse_args(argv)
+    records = common.load_dataset("hotpotqa", limit=a.limit)
+    full, _ = common.load_model(a.model, "float32", "cpu", "plain")
+    half, tok = common.load_model(a.model, "bfloat16", "cpu", "plain")
+    layer = seakr.default_layer(full)
+    delta = seakr.THRESHOLDS.get(a.model, seakr.PAPER_THRESHOLD)
+    s = seakr.Settings(delta=delta, layer=layer)
+    print(f"{a.model}: layer {layer}, delta {delta}; CPU {models.cpu_name()}", file=sys.stderr)
+    rows = []
+    for qid, prompt, text, samples, u32 in first_steps(full, tok, records, s):
+        if len(samples) < 2:
+            continue
+        recorded = torch.stack([g.hidden for g in samples])
+        again = refeed_states(full, tok, prompt, samples, common.decoder_layers(full)[layer].mlp)
+        u16 = seakr.eigen_score(refeed_states(half, tok, prompt, samples, common.decoder_layers(half)[layer].mlp))
+        row = dict(id=qid, samples=len(samples), u_float32=round(u32, 4), u_bfloat16=round(u16, 4),
+                   diff=round(u16 - u32, 4), float32_refeed_max_diff=float((again - recorded).abs().max()),
+                   retrieve_float32=seakr.should_retrieve(u32, text, delta),
+                   retrieve_bfloat16=seakr.should_retrieve(u16, text, delta))
+        rows.append(row)
+        print(f"{qid}: U float32 {u32:.4f}, bfloat16 {u16:.4f} ({u16 - u32:+.4f}); retrieve "
+              f"{row['retrieve_float32']} / {row['retrieve_bfloat16']}; float32 fed again: max diff "
+              f"{row['float32_refeed_max_diff']:.1e}")
+    diffs = [abs(r["diff"]) for r in rows]
+    spread = [r["u_float32"] for r in rows]
+    print(json.dumps({"model": a.model, "cpu": models.cpu_name(), "delta": delta, "layer": layer,
+                      "questions": len(rows), "max_abs_diff": max(diffs, default=None),
+                      "float32_range": [min(spread, default=None), max(spread, default=None)],
+                      "decisions_differ": sum(r["retrieve_float32"] != r["retrieve_bfloat16"] for r in rows),
+                      "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
