@@ -478,11 +478,11 @@ def add_common_args(parser: argparse.ArgumentParser, dataset: str = "hotpotqa") 
                                   "else float32), float32, bfloat16, float16, or int8 (CPU only; faster, but it loses "
                                   "the model's closed-book knowledge: common.quantize_int8)")
     engineering.add_argument("--linear", default="auto", choices=LINEARS,
-                             help="kernel of the linear layers: auto (onednn where measured faster: x86 CPUs with "
-                                  "AVX2 or more in float32, with AVX512-BF16 or AMX in bfloat16; else plain), plain (torch's nn.Linear: MKL for float32 on "
-                                  "CPUs), onednn (oneDNN's linear on weights reordered at load; CPU, float32 or "
-                                  "bfloat16); rounding differs, so a run file is resumed only with the kernel it "
-                                  "began with")
+                             help="kernel of the linear layers: auto (onednn where measured faster: x86 CPUs "
+                                  "with AVX2 or more in float32, with AVX512-BF16 or AMX in bfloat16; else plain), "
+                                  "plain (torch's nn.Linear: MKL for float32 on CPUs), onednn (oneDNN's linear on "
+                                  "weights reordered at load; CPU, float32 or bfloat16); rounding differs, so a run "
+                                  "file is resumed only with the kernel it began with")
     engineering.add_argument("--plain", action="store_true",
                              help="decode every model call with common.reference (a plain loop over transformers' "
                                   "own cache; no prefix cache, no batching) on torch's own linear layers "

@@ -301,7 +301,7 @@ class OneDNNLinear(torch.nn.Module):
 def use_onednn_linear(model) -> None:
     """--linear onednn: every nn.Linear of `model` becomes a OneDNNLinear, in place, one layer at a
     time, each dense weight dropped before the next is reordered, so the model ends with one copy of
-    its weights. Hooks on the modules around them (SeaKR's MLP output, CtrlA's decoder layers) see
+    its weights (a tied head's aside: below). Hooks on the modules around them (SeaKR's MLP output, CtrlA's decoder layers) see
     the same outputs up to rounding.
 
     subtle: a linear layer whose weight is another module's too (lm_head tied to the input embedding,
