@@ -1,6 +1,7 @@
-"""How far bfloat16 moves SeaKR's eigen score U from float32's, the samples held fixed.
+"""How far bfloat16 moves SeaKR's eigen score U and CtrlA's directions from float32's.
 
     python benchmarks/bf16_drift.py [--model ALIAS] [--limit N]
+    python benchmarks/bf16_drift.py --method ctrla [--model ALIAS] [--pairs N]
 
 SeaKR's first step on each of the first N HotpotQA demo questions (seakr.call, as a run makes it: the
 greedy step and k samples, drawn in float32), then each sample's tokens fed again through the same
@@ -9,6 +10,11 @@ reads (layer L/2 - 1's MLP output at the sample's last token replaced by EOS: co
 Prints, per question, U in both precisions and whether SeaKR's decision at the model's delta differs;
 then a JSON line. The same feeding through the float32 model must give back the states the run
 recorded (`float32_refeed_max_diff`), which checks that the feeding reads the state U reads.
+
+--method ctrla: CtrlA's honesty and confidence features (ctrla.features, --pairs contrast pairs each, as
+a run computes them) in both precisions: per layer of the ranges CtrlA uses (steering for honesty,
+monitoring for confidence), the cosine between the two signed directions (1: the same direction), and
+tau as each precision calibrates it (ctrla.threshold over the monitored layers).
 
 Why held fixed: a bfloat16 run draws other samples (its logits round differently), so two runs' U differ by
 sampling as well; this measures the precision alone. On a CPU without AMX or AVX512-BF16, torch
@@ -28,6 +34,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import common  # noqa: E402
+import ctrla  # noqa: E402
 import models  # noqa: E402
 import seakr  # noqa: E402
 
@@ -75,11 +82,42 @@ def first_steps(model, tok, records, s: seakr.Settings):
         common.sample_many = original
 
 
+def direction_agreement(a: dict, b: dict, keys) -> list[float]:
+    """Per layer key, the cosine between two feature sets' signed directions (sign_l * d_l: the way a
+    score reads, ctrla.layer_scores); the directions are unit vectors."""
+    return [float((a["sign"][k] * a["direction"][k]).double() @ (b["sign"][k] * b["direction"][k]).double())
+            for k in keys]
+
+
+def ctrla_drift(full, half, tok, a) -> dict:
+    keys = {"honesty": ctrla.layer_keys(ctrla.STEER_LAYERS), "confidence": ctrla.layer_keys(ctrla.MONITOR_LAYERS)}
+    out = {"model": a.model, "cpu": models.cpu_name(), "method": "ctrla", "pairs": a.pairs}
+    feats = {}
+    for name, model in (("float32", full), ("bfloat16", half)):
+        feats[name] = {kind: ctrla.features(model, tok, kind, a.pairs) for kind in keys}
+        out[f"tau_{name}"] = round(ctrla.threshold(ctrla.Settings(tau=None), feats[name], keys["confidence"]), 4)
+    for kind, ks in keys.items():
+        cos = direction_agreement(feats["float32"][kind], feats["bfloat16"][kind], ks)
+        out[f"{kind}_cosine"] = {"min": round(min(cos), 5), "median": round(sorted(cos)[len(cos) // 2], 5),
+                                 "per_layer": {str(k): round(c, 5) for k, c in zip(ks, cos)}}
+        print(f"{kind} directions, layers {ks[0]}..{ks[-1]}: cosine float32 / bfloat16 min {min(cos):.5f}, "
+              f"median {out[f'{kind}_cosine']['median']:.5f}", file=sys.stderr)
+    print(f"tau: float32 {out['tau_float32']}, bfloat16 {out['tau_bfloat16']}", file=sys.stderr)
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--method", choices=["seakr", "ctrla"], default="seakr")
     p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--limit", type=int, default=4)
+    p.add_argument("--limit", type=int, default=4, help="SeaKR: the first N HotpotQA demo questions")
+    p.add_argument("--pairs", type=int, default=ctrla.N_PAIRS, help="CtrlA: contrast pairs per feature")
     a = p.parse_args(argv)
+    if a.method == "ctrla":
+        full, tok = common.load_model(a.model, "float32", "cpu", "plain")
+        half, _ = common.load_model(a.model, "bfloat16", "cpu", "plain")
+        print(json.dumps(ctrla_drift(full, half, tok, a)))
+        return
     records = common.load_dataset("hotpotqa", limit=a.limit)
     full, _ = common.load_model(a.model, "float32", "cpu", "plain")
     half, tok = common.load_model(a.model, "bfloat16", "cpu", "plain")

@@ -188,3 +188,16 @@ def test_bf16_drift_refeeds_the_state_reference_records(tiny_real):
     with common.record_output(mlp) as out, torch.no_grad():
         model(input_ids=torch.tensor([ids]))
     assert torch.allclose(bd.refeed_states(model, tok, prompt, [ended], mlp)[0], out[0][0, -1], atol=1e-5)
+
+
+def test_bf16_drift_direction_agreement_by_hand():
+    """The cosine of the signed directions: a direction flipped with its sign agrees fully (1), an
+    orthogonal one not at all (0), one at 60 degrees by half; keys index from the top as CtrlA's do."""
+    import math
+    import torch
+    bd = load("bf16_drift")
+    a = {"direction": torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]]), "sign": torch.tensor([1.0, 1.0, -1.0])}
+    c60 = [math.cos(math.pi / 3), math.sin(math.pi / 3)]
+    b = {"direction": torch.tensor([[-1.0, 0.0], [0.0, 1.0], c60]), "sign": torch.tensor([-1.0, 1.0, 1.0])}
+    assert bd.direction_agreement(a, b, [-3, -2, -1]) == pytest.approx([1.0, 0.0, -0.5])
+    assert bd.direction_agreement(a, a, [-1]) == [1.0]
