@@ -230,13 +230,18 @@ def features(model, tok, kind: str, n_pairs=N_PAIRS, rows=None, file=None) -> di
 
 def load_features(model, tok, model_name: str, n_pairs=N_PAIRS, path=None, honesty_file=HONESTY_FILE,
                   confidence_file=CONFIDENCE_FILE) -> dict:
-    """Both features, cached on disk per model, statement files and pair count (--directions PATH)."""
+    """Both features, cached on disk per model, precision, statement files and pair count (--directions
+    PATH). Features read in one precision are refused in another: bfloat16 turns SmolLM2's directions
+    little (cosine 0.96 or more) but moves its calibrated tau from -7.82 to -5.58 (benchmarks/README.md)."""
     files = {"honesty": Path(honesty_file), "confidence": Path(confidence_file)}
     rows = {kind: common.read_statements(file) for kind, file in files.items()}
+    precision = "int8" if any(hasattr(m, "_packed_params") for m in model.modules()) else \
+        str(model.dtype).removeprefix("torch.")      # (models.quantize_int8 keeps float32's dtype)
     # keyed on the statement files (and ours for confidence, which calibrates tau when the confidence file
     # has no style column) and on the contrast prompts' token ids themselves, so that a change in the
-    # data or in how the prompts are built never reuses features read from other prompts
-    digest = hashlib.sha1(str(n_pairs).encode())
+    # data or in how the prompts are built never reuses features read from other prompts; and on the
+    # precision, but float32's key is the one written before the precision counted
+    digest = hashlib.sha1(str(n_pairs).encode() + (b"" if precision == "float32" else precision.encode()))
     for file in (*files.values(), CONFIDENCE_FILE):
         digest.update(file.read_bytes() if file.exists() else b"")
     for kind in files:
@@ -246,9 +251,15 @@ def load_features(model, tok, model_name: str, n_pairs=N_PAIRS, path=None, hones
     name = re.sub(r"[^\w.-]", "_", model_name)
     path = Path(path) if path else common.CACHE_DIR / "ctrla" / f"{name}-{n_pairs}-{key}.pt"
     if path.exists():
-        return torch.load(path)
+        feats = torch.load(path)
+        made = {f.get("dtype") for f in feats.values()} - {None}     # None: written before it was recorded
+        if made - {precision}:
+            raise InputError(f"{path}: CtrlA's features were read in {', '.join(sorted(made))} and this run is "
+                             f"{precision}; their tau differs by precision: pass --dtype {min(made)} or another "
+                             f"--directions file")
+        return feats
     print(f"computing CtrlA features ({n_pairs} pairs each) into {path} (once)", file=sys.stderr)
-    feats = {kind: features(model, tok, kind, n_pairs, rows=rows[kind]) for kind in PERSONAS}
+    feats = {kind: {**features(model, tok, kind, n_pairs, rows=rows[kind]), "dtype": precision} for kind in PERSONAS}
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(feats, path)
     return feats

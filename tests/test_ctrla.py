@@ -766,6 +766,16 @@ def test_official_statement_files_give_the_features(tmp_path, tiny, monkeypatch)
     assert official["confidence"]["rows"] == [r["statement"] for r in common.read_statements(conf)]
     ctrla.load_features(model, tok, "tiny", 8)
     assert len(list((tmp_path / "ctrla").glob("tiny-8-*.pt"))) == 2
+    # ... and one per precision: features read in bfloat16 are never served to float32, nor the reverse
+    half = copy.deepcopy(model).to(torch.bfloat16)
+    assert ctrla.load_features(half, tok, "tiny", 8)["honesty"]["dtype"] == "bfloat16"
+    assert len(list((tmp_path / "ctrla").glob("tiny-8-*.pt"))) == 3
+    ctrla.load_features(model, tok, "tiny", 8, tmp_path / "made.pt")           # written in float32 ...
+    with pytest.raises(ctrla.InputError, match="read in float32 and this run is bfloat16; .* pass --dtype float32 or another --directions"):
+        ctrla.load_features(half, tok, "tiny", 8, tmp_path / "made.pt")        # ... refused in bfloat16
+    old = {kind: {k: v for k, v in f.items() if k != "dtype"} for kind, f in torch.load(tmp_path / "made.pt").items()}
+    torch.save(old, tmp_path / "old.pt")                                        # a file from before the record
+    assert ctrla.load_features(half, tok, "tiny", 8, tmp_path / "old.pt") == old
 
 
 def test_bad_statement_file_is_one_error_before_the_model(tmp_path, monkeypatch):
