@@ -18,8 +18,9 @@ tau as each precision calibrates it (ctrla.threshold over the monitored layers).
 
 Why held fixed: a bfloat16 run draws other samples (its logits round differently), so two runs' U differ by
 sampling as well; this measures the precision alone. On a CPU without AMX or AVX512-BF16, torch
-emulates bfloat16 (slow: minutes per question for SmolLM2), with float32 sums as AMX's, so the rounding
-measured is the precision's, not the CPU's.
+emulates bfloat16 (slow: `--method ctrla` on SmolLM2 took about 20 minutes on a 2-core Zen 3 EPYC, most
+of it the bfloat16 features), with float32 sums as AMX's, so the rounding measured is the precision's,
+not the CPU's.
 """
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ def refeed_states(model, tok, prompt: str, gens, module) -> torch.Tensor:
 
 
 def first_steps(model, tok, records, s: seakr.Settings):
-    """(prompt, greedy text, [samples], U) of SeaKR's first call on each record, as its loop makes it."""
+    """(id, prompt, greedy text, [non-empty samples], U) of SeaKR's first call on each record, as its loop
+    makes it (the samples as common.sample_many returned them, hidden states included)."""
     prefix = seakr.load_exemplars("hotpotqa")
     recorded = []
     original = common.sample_many
