@@ -46,17 +46,13 @@ def refeed_states(model, tok, prompt: str, gens, module) -> torch.Tensor:
     (prompt + tokens[:-1] + [EOS], or prompt + tokens + [EOS] for a row that ended at EOS), fed
     through `model` after one prefill of the prompt: the state common.reference records as `hidden`."""
     ids = common.encode(tok, prompt)
-    seen = {}
-    hook = module.register_forward_hook(lambda m, i, o: seen.__setitem__("h", (o[0] if isinstance(o, tuple) else o)[:, -1]))
-    try:
-        prefix = model(input_ids=torch.tensor([ids[:-1]]), use_cache=True).past_key_values
-        states = []
+    prefix = model(input_ids=torch.tensor([ids[:-1]]), use_cache=True).past_key_values
+    states = []
+    with common.record_output(module) as out:
         for g in gens:
             tail = ids[-1:] + (g.token_ids if g.finish == "eos" else g.token_ids[:-1]) + [tok.eos_token_id]
             model(input_ids=torch.tensor([tail]), past_key_values=copy.deepcopy(prefix), use_cache=True)
-            states.append(seen["h"][0].float())
-    finally:
-        hook.remove()
+            states.append(out[-1][0, -1].float())
     return torch.stack(states)
 
 
