@@ -111,7 +111,7 @@ def check_features(run: ctrla.Run, limit: int | None = None, honesty_file=ctrla.
     true = [r["statement"] for r in common.read_statements(honesty_file)[h["statements_used"]:][-(limit or 40):]]
     false = data["false_statements"][:limit]
     persona = common.chat_prompt(tok, ctrla.PERSONA.format(ctrla.PERSONAS["honesty"][0]))
-    states = ctrla.last_token_states(model, tok, [ctrla.append(persona, x) for x in true + false])
+    states = common.last_token_states(model, tok, [ctrla.append(persona, x) for x in true + false])
     answers = []
     questions = [(q, k == "answerable") for k in ("answerable", "unanswerable") for q in data[k][:limit]]
     for q, ok in questions:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import datetime
 import hashlib
 import json
@@ -230,6 +231,12 @@ def encode(tok, prompt: str | list[int]) -> list[int]:
     return tok(text, add_special_tokens=special)["input_ids"]
 
 
+def encode_offsets(tok, text: str):
+    """encode's ids of a text (BOS unless the text carries it), with each token's character span."""
+    bos = tok.bos_token
+    return tok(text, add_special_tokens=not (bos and text.startswith(bos)), return_offsets_mapping=True)
+
+
 # ----------------------------------------------------------------------------------------------
 # Generation: the reference path
 #
@@ -411,6 +418,64 @@ def add_to_output(module, vector: torch.Tensor):
     finally:
         handle.remove()
         speed.STEERING.remove(key)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading states
+
+@torch.inference_mode()
+def last_token_states(model, tok, prompts, batch: int = 32) -> torch.Tensor:
+    """[L, N, d]: every decoder layer's output (HF hidden_states[1:]) at each prompt's (text or token
+    ids) last token, float32, on the CPU.
+
+    The prompts' common leading tokens (a chat template and a persona: most of each of CtrlA's contrast
+    prompts) are prefilled once and their KV cache shared by every batch; the rest follows it left-padded,
+    with position ids that count real tokens only."""
+    rows = [encode(tok, p) for p in prompts]
+    width = min(len(r) for r in rows) - 1
+    n = next((i for i in range(width) if any(r[i] != rows[0][i] for r in rows)), width)
+    dev = model.device
+    shared = model(input_ids=torch.tensor([rows[0][:n]], device=dev)).past_key_values if n else None
+    out = []
+    for i in range(0, len(rows), batch):
+        part = [r[n:] for r in rows[i:i + batch]]
+        width = max(len(r) for r in part)
+        ids = torch.tensor([[tok.pad_token_id] * (width - len(r)) + r for r in part], device=dev)
+        tail = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in part], device=dev)
+        past = copy.deepcopy(shared)
+        if past is not None:
+            past.batch_repeat_interleave(len(part))
+        hs = model(input_ids=ids, attention_mask=torch.cat([tail.new_ones(len(part), n), tail], 1),
+                   position_ids=n + (tail.cumsum(-1) - 1).clamp(min=0), past_key_values=past,
+                   output_hidden_states=True, logits_to_keep=1).hidden_states
+        out.append(torch.stack([h[:, -1] for h in hs[1:]]).float().cpu())
+    return torch.cat(out, dim=1)
+
+
+def precision(model) -> str:
+    """The precision a model computes in: its dtype's name, or int8 (models.quantize_int8 keeps float32's dtype)."""
+    if any(hasattr(m, "_packed_params") for m in model.modules()):
+        return "int8"
+    return str(model.dtype).removeprefix("torch.")
+
+
+def stored_features(path: Path, precision: str, compute, what: str) -> dict:
+    """{kind: {name: tensor}} read from a model once and kept at `path`: loaded where the file exists,
+    else computed, each kind stamped with its "dtype" (the precision) and written. A file read in another
+    precision is refused in one line (a file from before the stamp, which says nothing, is taken)."""
+    path = Path(path)
+    if path.exists():
+        found = torch.load(path)
+        made = {f.get("dtype") for f in found.values()} - {None}
+        if made - {precision}:
+            raise InputError(f"{path}: {what} were read in {', '.join(sorted(made))} and this run is {precision}; "
+                             f"they differ by precision: pass --dtype {min(made)} or another file")
+        return found
+    print(f"computing {what} into {path} (once)", file=sys.stderr)
+    found = {kind: {**f, "dtype": precision} for kind, f in compute().items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(found, path)
+    return found
 
 
 # ---------------------------------------------------------------------------------------------

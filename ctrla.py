@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import functools
 import hashlib
 import json
@@ -98,7 +97,7 @@ def statement_prefixes(tok, head: str, statement: str) -> list[list[int]]:
     would lose it, since common.encode drops a text prompt's trailing space, and repeat the prefix
     before it."""
     text = append(head, statement)
-    enc = encode_offsets(tok, text)
+    enc = common.encode_offsets(tok, text)
     start = len(text) - len(statement)
     mine = [i for i, (a, b) in enumerate(enc["offset_mapping"]) if b > start]
     ids = enc["input_ids"][:mine[0]] + [enc["input_ids"][i] for i in mine] if mine else []
@@ -126,39 +125,13 @@ def contrast_pairs(tok, statements, personas, n_pairs=N_PAIRS, seed=PAIR_SEED):
     return flat, torch.tensor(first_pos), used
 
 
-@torch.inference_mode()
-def last_token_states(model, tok, prompts, batch=BATCH) -> torch.Tensor:
-    """[L, N, d]: every decoder layer's output (HF hidden_states[1:]) at each prompt's (text or token
-    ids) last token.
-
-    The prompts' common leading tokens (chat template and persona, most of each prompt) are prefilled
-    once and their KV cache shared by every batch; the rest follows it left-padded, with position ids
-    that count real tokens only."""
-    rows = [common.encode(tok, p) for p in prompts]
-    width = min(len(r) for r in rows) - 1
-    n = next((i for i in range(width) if any(r[i] != rows[0][i] for r in rows)), width)
-    dev = model.device
-    shared = model(input_ids=torch.tensor([rows[0][:n]], device=dev)).past_key_values if n else None
-    out = []
-    for i in range(0, len(rows), batch):
-        part = [r[n:] for r in rows[i:i + batch]]
-        width = max(len(r) for r in part)
-        ids = torch.tensor([[tok.pad_token_id] * (width - len(r)) + r for r in part], device=dev)
-        tail = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in part], device=dev)
-        past = copy.deepcopy(shared)
-        if past is not None:
-            past.batch_repeat_interleave(len(part))
-        hs = model(input_ids=ids, attention_mask=torch.cat([tail.new_ones(len(part), n), tail], 1),
-                   position_ids=n + (tail.cumsum(-1) - 1).clamp(min=0), past_key_values=past,
-                   output_hidden_states=True, logits_to_keep=1).hidden_states
-        out.append(torch.stack([h[:, -1] for h in hs[1:]]).float().cpu())
-    return torch.cat(out, dim=1)
-
-
 def pca_direction(diffs: torch.Tensor, niter: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
-    """(unit first principal component of the centred differences, their mean) [official PCARepReader]."""
+    """(unit first principal component of the centred differences, their mean) [official PCARepReader].
+    pca_lowrank draws a random sketch: seeded, so that the same states give the same direction, bit for bit."""
     mean = diffs.mean(0)
-    _, _, v = torch.pca_lowrank((diffs - mean).double(), q=min(6, *diffs.shape), center=False, niter=niter)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(PAIR_SEED)
+        _, _, v = torch.pca_lowrank((diffs - mean).double(), q=min(6, *diffs.shape), center=False, niter=niter)
     return (v[:, 0] / v[:, 0].norm()).float(), mean
 
 
@@ -178,17 +151,11 @@ def read_features(states: torch.Tensor, first_pos: torch.Tensor) -> dict:
     return {"direction": dirs, "mean": means, "sign": signs}
 
 
-def encode_offsets(tok, text: str):
-    """common.encode's ids (BOS unless the text carries it) with each token's character span."""
-    bos = tok.bos_token
-    return tok(text, add_special_tokens=not (bos and text.startswith(bos)), return_offsets_mapping=True)
-
-
 @torch.inference_mode()
 def answer_states(model, tok, prompt: str, answer: str):
     """(every layer's states [L, T, d] over prompt + answer, token char spans, the answer's start)."""
     text = append(prompt, answer)
-    enc = encode_offsets(tok, text)
+    enc = common.encode_offsets(tok, text)
     hs = model(input_ids=torch.tensor([enc["input_ids"]], device=model.device), output_hidden_states=True,
                logits_to_keep=1).hidden_states
     return torch.stack(hs[1:])[:, 0].float().cpu(), enc["offset_mapping"], len(text) - len(answer)
@@ -219,7 +186,7 @@ def features(model, tok, kind: str, n_pairs=N_PAIRS, rows=None, file=None) -> di
     default = HONESTY_FILE if kind == "honesty" else CONFIDENCE_FILE
     rows = rows if rows is not None else common.read_statements(file or default)
     prompts, first_pos, used = contrast_pairs(tok, [r["statement"] for r in rows], PERSONAS[kind], n_pairs)
-    feats = {**read_features(last_token_states(model, tok, prompts), first_pos), "statements_used": used}
+    feats = {**read_features(common.last_token_states(model, tok, prompts, BATCH), first_pos), "statements_used": used}
     if kind == "confidence":
         held_out = rows[used:] if any("style" in r for r in rows) else common.read_statements(CONFIDENCE_FILE)
         center = style_center(model, tok, feats, held_out)
@@ -235,8 +202,7 @@ def load_features(model, tok, model_name: str, n_pairs=N_PAIRS, path=None, hones
     little (cosine 0.96 or more) but moves its calibrated tau from -7.82 to -5.58 (benchmarks/README.md)."""
     files = {"honesty": Path(honesty_file), "confidence": Path(confidence_file)}
     rows = {kind: common.read_statements(file) for kind, file in files.items()}
-    precision = "int8" if any(hasattr(m, "_packed_params") for m in model.modules()) else \
-        str(model.dtype).removeprefix("torch.")      # (models.quantize_int8 keeps float32's dtype)
+    precision = common.precision(model)
     # keyed on the statement files (and ours for confidence, which calibrates tau when the confidence file
     # has no style column) and on the contrast prompts' token ids themselves, so that a change in the
     # data or in how the prompts are built never reuses features read from other prompts; and on the
@@ -247,22 +213,10 @@ def load_features(model, tok, model_name: str, n_pairs=N_PAIRS, path=None, hones
     for kind in files:
         prompts = contrast_pairs(tok, [r["statement"] for r in rows[kind]], PERSONAS[kind], n_pairs)[0]
         digest.update(json.dumps(prompts).encode())
-    key = digest.hexdigest()[:12]
     name = re.sub(r"[^\w.-]", "_", model_name)
-    path = Path(path) if path else common.CACHE_DIR / "ctrla" / f"{name}-{n_pairs}-{key}.pt"
-    if path.exists():
-        feats = torch.load(path)
-        made = {f.get("dtype") for f in feats.values()} - {None}     # None: written before it was recorded
-        if made - {precision}:
-            raise InputError(f"{path}: CtrlA's features were read in {', '.join(sorted(made))} and this run is "
-                             f"{precision}; their tau differs by precision: pass --dtype {min(made)} or another "
-                             f"--directions file")
-        return feats
-    print(f"computing CtrlA features ({n_pairs} pairs each) into {path} (once)", file=sys.stderr)
-    feats = {kind: {**features(model, tok, kind, n_pairs, rows=rows[kind]), "dtype": precision} for kind in PERSONAS}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(feats, path)
-    return feats
+    path = path or common.CACHE_DIR / "ctrla" / f"{name}-{n_pairs}-{digest.hexdigest()[:12]}.pt"
+    read = lambda: {kind: features(model, tok, kind, n_pairs, rows=rows[kind]) for kind in PERSONAS}
+    return common.stored_features(path, precision, read, f"CtrlA's features ({n_pairs} pairs each; --directions)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -502,7 +456,6 @@ REWRITE = ("Given an original question and a reference query that may not align 
 QUERY_FILE = common.DATA_DIR / "ctrla_query_exemplars.json"
 DATA_FILES = (HONESTY_FILE, CONFIDENCE_FILE, EXEMPLAR_FILE, STOP_FILE, REFUSAL_FILE, QUERY_FILE)  # in the settings
 MULTIHOP = metrics.MULTIHOP   # read as DRAGIN reads multi-hop answers (eval.multihop_prediction)
-_EXEMPLARS: dict = {}
 
 
 def task_of(kind: str | None) -> str:
@@ -512,19 +465,18 @@ def task_of(kind: str | None) -> str:
     return kind if kind in MULTIHOP + ("asqa", "bio", "freshqa") else "short"
 
 
+@functools.cache
 def exemplars(task: str) -> str:
     """DRAGIN's chain-of-thought exemplars (paper C.2), in the versions SeaKR ships (data/), N_SHOT of them.
     CtrlA has no multi-hop code; the layout is ours: each exemplar's steps joined by a space as written
     (SeaKR's prompt turns a step's periods into spaces, "Edward L  Cahn"; DRAGIN joins the steps with
     nothing between), exemplars separated by a blank line (DRAGIN: one newline)."""
-    if task not in _EXEMPLARS:
-        try:
-            demos = json.loads(EXEMPLAR_FILE.read_text())[task][:N_SHOT]
-        except (OSError, KeyError, ValueError) as e:
-            raise InputError(f"{EXEMPLAR_FILE}: no '{task}' exemplars ({e!r}); restore data/") from None
-        _EXEMPLARS[task] = "\n\n".join(f"Question: {d['question']}\nAnswer: {' '.join(d['cot'])} "
-                                       f"So the answer is {d['answer']}." for d in demos)
-    return _EXEMPLARS[task]
+    try:
+        demos = json.loads(EXEMPLAR_FILE.read_text())[task][:N_SHOT]
+    except (OSError, KeyError, ValueError) as e:
+        raise InputError(f"{EXEMPLAR_FILE}: no '{task}' exemplars ({e!r}); restore data/") from None
+    return "\n\n".join(f"Question: {d['question']}\nAnswer: {' '.join(d['cot'])} So the answer is {d['answer']}."
+                       for d in demos)
 
 
 @functools.cache
@@ -650,7 +602,7 @@ def monitor(run: Run, text: str, start: int, question: str, previous) -> dict:
     cache and raw scores of the previous pass serve the prefix it shares with this one (the prompt grows
     by one accepted sentence per step; common.shared_cache)."""
     model, conf, keys = run.model, run.feats["confidence"], list(run.s.monitor)
-    enc = encode_offsets(run.tok, text)
+    enc = common.encode_offsets(run.tok, text)
     ids = enc["input_ids"]
     keep, past = common.shared_cache(ids, *run.cache[:2]) if run.cache else (0, None)
     prev = run.cache[2][:keep] if keep else torch.zeros(0)

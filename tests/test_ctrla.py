@@ -45,6 +45,10 @@ def test_pca_direction_agrees_with_svd():
     top = torch.linalg.svd(x - x.mean(0), full_matrices=False).Vh[0]
     assert abs(float(d @ top)) > 0.999
     assert torch.allclose(mean, x.mean(0)) and abs(float(d.norm()) - 1) < 1e-5
+    # the same states give the same direction to the bit (pca_lowrank's random sketch is seeded), and the
+    # caller's random stream is left where it was
+    state = torch.random.get_rng_state()
+    assert torch.equal(ctrla.pca_direction(x)[0], d) and torch.equal(torch.random.get_rng_state(), state)
 
 
 def test_sign_rule():
@@ -597,7 +601,7 @@ def test_last_token_states_match_one_by_one(tiny):
     model, tok = tiny
     prompts = ["User: Pretend you're honest.\n\nAssistant:" + x for x in ["W", "Water b", "Ice is"]] + \
               ["User: Pretend you're a liar.\n\nAssistant:Moon"]
-    states = ctrla.last_token_states(model, tok, prompts, batch=3)
+    states = common.last_token_states(model, tok, prompts, batch=3)
     for j, p in enumerate(prompts):
         with torch.no_grad():
             ids = torch.tensor([common.encode(tok, p)])
@@ -610,8 +614,8 @@ def test_check_features_runs_and_spaces_its_statements(tiny, monkeypatch):
     prompt as the contrast prompts do ("Assistant: " + statement)."""
     model, tok = tiny
     feats = {"honesty": random_features(4, 32), "confidence": random_features(4, 32, seed=1)}
-    seen, real = [], ctrla.last_token_states
-    monkeypatch.setattr(ctrla, "last_token_states", lambda m, t, prompts, **kw: seen.extend(prompts) or real(m, t, prompts))
+    seen, real = [], common.last_token_states
+    monkeypatch.setattr(common, "last_token_states", lambda m, t, prompts, *a, **kw: seen.extend(prompts) or real(m, t, prompts))
     run = ctrla.Run(model, tok, feats, None, ctrla.Settings(tau=0.0, lam=0.0, steer=(-1,), monitor=(-1, -2)))
     check = json.loads(json.dumps(analysis.check_features(run, limit=1)))   # what check-features writes
     report = analysis.features_report(check)
@@ -716,9 +720,9 @@ def test_official_statement_files_give_the_features(tmp_path, tiny, monkeypatch)
     # "The Earth orbits the Sun once a year." is 37 characters: 31 prefixes, then the second statement
     want, _, used = ctrla.contrast_pairs(tok, true, ctrla.PERSONAS["honesty"], n_pairs=40)
     assert used == 2 and len(want) == 80
-    seen, real = [], ctrla.last_token_states
-    monkeypatch.setattr(ctrla, "last_token_states",
-                        lambda m, t, prompts, **kw: seen.append(prompts) or real(m, t, prompts))
+    seen, real = [], common.last_token_states
+    monkeypatch.setattr(common, "last_token_states",
+                        lambda m, t, prompts, *a, **kw: seen.append(prompts) or real(m, t, prompts))
     feats = ctrla.features(model, tok, "honesty", n_pairs=40, file=facts)
     assert seen == [want] and feats["statements_used"] == 2 and "center" not in feats
     # tau's calibration (style_center: ours, not the paper's or the official code's; the midpoint scored as
@@ -771,7 +775,7 @@ def test_official_statement_files_give_the_features(tmp_path, tiny, monkeypatch)
     assert ctrla.load_features(half, tok, "tiny", 8)["honesty"]["dtype"] == "bfloat16"
     assert len(list((tmp_path / "ctrla").glob("tiny-8-*.pt"))) == 3
     ctrla.load_features(model, tok, "tiny", 8, tmp_path / "made.pt")           # written in float32 ...
-    with pytest.raises(ctrla.InputError, match="read in float32 and this run is bfloat16; .* pass --dtype float32 or another --directions"):
+    with pytest.raises(ctrla.InputError, match="read in float32 and this run is bfloat16; .* pass --dtype float32 or another file"):
         ctrla.load_features(half, tok, "tiny", 8, tmp_path / "made.pt")        # ... refused in bfloat16
     old = {kind: {k: v for k, v in f.items() if k != "dtype"} for kind, f in torch.load(tmp_path / "made.pt").items()}
     torch.save(old, tmp_path / "old.pt")                                        # a file from before the record
