@@ -201,3 +201,16 @@ def test_bf16_drift_direction_agreement_by_hand():
     b = {"direction": torch.tensor([[-1.0, 0.0], [0.0, 1.0], c60]), "sign": torch.tensor([-1.0, 1.0, 1.0])}
     assert bd.direction_agreement(a, b, [-3, -2, -1]) == pytest.approx([1.0, 0.0, -0.5])
     assert bd.direction_agreement(a, a, [-1]) == [1.0]
+
+
+def test_compile_step_times_three_paths_that_compute_the_same_step(tiny):
+    """The compiled step (inductor, static cache) and the eager ones compute the same logits; every path is
+    timed on the same number of steps."""
+    import torch
+    cs = load("compile_step")
+    model, _ = tiny
+    prompt = torch.randint(3, 60, (1, 12), generator=torch.Generator().manual_seed(0))
+    got = cs.compare(model, prompt, steps=4, rounds=2, warm=1)
+    assert got["max_logit_diff"] < 1e-4
+    assert set(got["ms_per_step"]) == {"eager plain", "eager onednn", "compiled plain"} and got["steps_timed"] == 6
+    assert all(v > 0 for v in got["ms_per_step"].values()) and got["compile_s"] > 0
