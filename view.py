@@ -58,7 +58,7 @@ EXPECTED = {
 SEAKR_KINDS = ("SeaKR", "SeaKR, simple QA", "SeaKR --calibrate")
 ROW_FIELDS = ("question", "answers", "prediction", "trace")
 KNOWN_FIELDS = ("id", "dataset", "question", "answers", "label", "best_answer", "correct_answers", "incorrect_answers",
-                "prediction", "retrievals", "model_calls", "seconds", "trace", "error")
+                "prediction", "retrievals", "model_calls", "seconds", "cpu_seconds", "trace", "error")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync")
 
@@ -567,7 +567,8 @@ def run_column(run: dict, row: dict | None, delta, lo: float, hi: float, qid=Non
            f'<p>Prediction: <b class="prediction">{esc(row.get("prediction", "not recorded"))}</b> '
            f'<span class="mark {v}">{MARKS[v]} {v}</span></p>',
            f'<p class="small">{score_text(row)} &middot; {retrieved_text(row) or "no retrieval"}'
-           + "".join(f" &middot; {esc(row[k])} {unit}" for k, unit in (("model_calls", "model calls"), ("seconds", "s"))
+           + "".join(f" &middot; {esc(row[k])} {unit}" for k, unit in (("model_calls", "model calls"), ("seconds", "s"),
+                                                                          ("cpu_seconds", "s of CPU"))
                      if k in row) + "</p>", reread_html(run, row, qid)]
     others = [k for k in row if k not in KNOWN_FIELDS]
     if others:

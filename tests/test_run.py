@@ -43,6 +43,7 @@ def test_run_writes_rows_resumes_and_summarises(tmp_path):
     assert summary["n"] == n and summary["em"] == pytest.approx(round(1 / n, 6))
     assert summary["retrieval_rate"] == pytest.approx(round((n - 1) / n, 6))
     assert json.loads((tmp_path / "out.summary.json").read_text())["n"] == n
+    assert all(r["cpu_seconds"] >= 0 for r in rows)
     # resume: nothing is recomputed, the summary is the same
     again = common.run(args, "fake", lambda rec: pytest.fail("recomputed a finished question"))
     assert again["em"] == summary["em"]
@@ -448,3 +449,12 @@ def test_settings_hash_the_methods_data_files_and_statement_files_given(tmp_path
     mine.write_text("statement,label\nThe sky is green.,1\n")         # the same path, other statements
     assert common.run_settings(make_args(tmp_path, honesty_data=str(mine)), ctrla.__file__)["facts.csv data"] != before
     assert not [k for k in common.run_settings(make_args(tmp_path), "-") if k.endswith(" data")]
+
+
+def test_a_rows_cpu_seconds_leave_out_what_a_pause_adds_to_its_seconds(tmp_path):
+    """seconds is the wall clock (a run paused with SIGSTOP, or waiting, counts it); cpu_seconds is the
+    process's CPU time, which a question that waits 0.5 s without computing barely moves."""
+    import time
+    common.run(make_args(tmp_path, limit=1), "fake", lambda rec: time.sleep(0.5) or {"prediction": ""})
+    row = json.loads(Path(tmp_path / "out.jsonl").read_text())
+    assert row["seconds"] >= 0.5 and row["cpu_seconds"] < 0.25
