@@ -4,6 +4,7 @@ model, and their report), Rowen's detection analysis and its modes re-read from 
 methods it reads (their settings and decision rules); no method imports it.
 
     python analysis.py calibration FILE [--limit N]  # seakr.py --calibrate's file: delta by paper 5.3 and ours
+    python analysis.py second-delta FILE --delta D   # a multi-hop SeaKR run at D: the second delta's rule
     python analysis.py check-features [ctrla.py's flags] [--output FILE]   # paper 5.2's scores: runs the model
     python analysis.py features FILE                 # check-features' file: paper 5.2 per layer range
     python analysis.py modes FILE [--limit N]        # a rowen.py --mode hybrid run: detection, modes, threshold
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -89,6 +91,22 @@ def print_calibration(output, records: list[dict] | None = None) -> dict:
           + (f"--threshold {t['paper']}" if t["paper"] is not None else
              "no candidate: the model answers too few right unaided; retrieve (nearly) always"))
     return t
+
+
+def second_delta(rows: list[dict], delta: float) -> dict | None:
+    """SeaKR's second delta for a multi-hop run made at `delta`, read off the run's first-step eigen scores
+    alone, no answer read (results/README.md: a reasoning step scores lower than an NQ answer, so the NQ
+    calibration says little there): of the questions whose first step does not retrieve at delta (U <=
+    delta), the lower median of their U, to 2 decimals, keeps about half of them from retrieving.
+    HotpotQA's 50 at 0.41: 48 kept, cut -0.9872, second delta -0.99 (23 kept). None without first steps."""
+    found = metrics.first_steps(rows)
+    kept = sorted(v["eigen score U"] for _, v in found[1].values() if v["eigen score U"] <= delta) \
+        if found and found[0] == "SeaKR" else []
+    if not kept:
+        return None
+    cut = statistics.median_low(kept)
+    return {"delta": round(cut, 2), "cut": cut, "questions": len(found[1]), "kept_at_run_delta": len(kept),
+            "kept_at_second_delta": sum(u <= round(cut, 2) for u in kept)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -353,13 +371,16 @@ def main(argv=None):
     scores = sub.add_parser("check-features", help="CtrlA's features scored on held-out statements and answers, "
                             "every layer (paper 5.2; check_features), into --output: runs the model, ctrla.py's flags")
     ctrla.add_args(scores, moved=False)
+    second = sub.add_parser("second-delta", help="a multi-hop SeaKR run made at --delta: the second delta, "
+                            "from its first-step scores (second_delta)")
+    second.add_argument("--delta", type=float, required=True, help="the run's delta")
     feat = sub.add_parser("features", help="check-features' file: the features' accuracy per layer "
                           "range (paper 5.2; features_report)")
     modes = sub.add_parser("modes", help="a rowen.py --mode hybrid run: how well Z_CL, Z_CM and Z flag wrong "
                            "initial answers (detection_quality), for a --retrieve always run Rowen-CL, -CM, "
                            "-Hybrid and never-retrieve re-read from it (modes_from_run), and the hybrid threshold "
                            "at the paper's retrieval rate (rate_calibration); the hybrid Z with the run's alpha")
-    for sp in (cal, feat, modes):
+    for sp in (cal, second, feat, modes):
         sp.add_argument("file", type=Path)
     for sp in (cal, modes):
         sp.add_argument("--limit", type=int, help="the file's first N rows only")
@@ -372,6 +393,13 @@ def main(argv=None):
     if args.command == "calibration":
         rows = metrics.read_rows(args.file)
         print_calibration(args.file, rows[:args.limit] if args.limit else rows)
+    elif args.command == "second-delta":
+        got = second_delta(metrics.read_rows(args.file), args.delta)
+        if got is None:
+            raise common.InputError(f"{args.file}: no SeaKR first-step scores at or below {args.delta:g}")
+        print(f"second delta {got['delta']:g}: of the {got['questions']} questions, {got['kept_at_run_delta']} do not "
+              f"retrieve at their first step at {args.delta:g}; the lower median of their U is {got['cut']:g}, "
+              f"and at {got['delta']:g} {got['kept_at_second_delta']} of them still do not")
     elif args.command == "features":
         try:
             check = json.loads(args.file.read_text(encoding="utf-8"))

@@ -997,3 +997,25 @@ def test_one_sample_is_refused_and_an_unused_threshold_said(capsys, monkeypatch)
     with pytest.raises(common.InputError, match="--skip 99: 16 questions are loaded; skip 0 to 15 of them"):
         seakr.main(["--retrieve", "never", "--threshold", "0.5", "--skip", "99", "--dataset", "hotpotqa"])
     assert "warning: --threshold 0.5 is not used by --retrieve never" in capsys.readouterr().err
+
+
+def test_second_delta_is_the_lower_median_of_the_first_steps_that_do_not_retrieve(tmp_path, capsys):
+    """analysis.second_delta, by hand: first-step U of six questions at delta 0.41; 0.9 retrieves, the other
+    five (-2.0, -1.5, -1.234, -0.5, 0.41: U <= delta does not retrieve) have their lower median -1.234
+    (sorted, the third of five), so the second delta is -1.23, under which -2.0, -1.5 and -1.234 do not
+    retrieve (3 of 5). A failed row and a row without steps are left out."""
+    scores = [-0.5, 0.9, -2.0, 0.41, -1.5, -1.234]
+    rows = [{"id": f"q{i}", "trace": {"steps": [{"text": "A step.", "score": u}, {"text": "B.", "score": 5.0}]}}
+            for i, u in enumerate(scores)]
+    rows += [{"id": "bad", "error": "x", "trace": {"steps": [{"text": "A.", "score": -9.0}]}}, {"id": "none", "trace": {}}]
+    got = analysis.second_delta(rows, 0.41)
+    assert got == {"delta": -1.23, "cut": -1.234, "questions": 6, "kept_at_run_delta": 5, "kept_at_second_delta": 3}
+    # an even count takes the lower of the two middle scores: -2.0, -1.5 | -1.234, -0.5 -> -1.5
+    assert analysis.second_delta(rows[:1] + rows[2:3] + rows[4:6], 0.41)["cut"] == -1.5
+    assert analysis.second_delta(rows, -3.0) is None and analysis.second_delta([], 0.41) is None
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    analysis.main(["second-delta", str(path), "--delta", "0.41"])
+    assert capsys.readouterr().out.startswith("second delta -1.23: of the 6 questions, 5 do not retrieve")
+    with pytest.raises(common.InputError, match="no SeaKR first-step scores at or below -3"):
+        analysis.main(["second-delta", str(path), "--delta", "-3"])
