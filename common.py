@@ -853,8 +853,7 @@ def answer_all(args, method: str, solve, records: list[dict], out: Path, code: s
                        "answers": rec["answers"], **{k: rec[k] for k in GOLD_FIELDS if k in rec},
                        "prediction": res["prediction"], "retrievals": res.get("retrievals", 0),
                        "model_calls": res.get("model_calls", 0), "seconds": round(time.time() - start, 3),
-                       # this process's CPU time, every thread's: a run paused (SIGSTOP) or sharing its cores
-                       # with another job adds to seconds, not to this
+                       # this process's CPU time, every thread's: a pause (SIGSTOP) adds to seconds, not to this
                        "cpu_seconds": round(time.process_time() - cpu_start, 3),
                        "cpu": CPU,   # a file may grow on machines of several kinds: its seconds name theirs
                        "trace": res.get("trace", {}), **({"error": error} if error else {})}
