@@ -214,3 +214,28 @@ def test_compile_step_times_three_paths_that_compute_the_same_step(tiny):
     assert got["max_logit_diff"] < 1e-4
     assert set(got["ms_per_step"]) == {"eager plain", "eager onednn", "compiled plain"} and got["steps_timed"] == 6
     assert all(v > 0 for v in got["ms_per_step"].values()) and got["compile_s"] > 0
+
+
+def test_cpu_grid_runs_each_cell_once_and_bfloat16_only_where_the_cpu_has_it(tmp_path):
+    """cpu_grid.sh with a stand-in for python that prints its arguments as the JSON line: every method x
+    kernel x precision cell once, in files named by them; a second call runs nothing (it resumes)."""
+    import os
+    import subprocess
+    fake = tmp_path / "py"
+    fake.write_text('#!/usr/bin/env bash\necho "log line"\necho "{\\"args\\": \\"$*\\"}"\necho x >> "$CALLS"\n')
+    fake.chmod(0o755)
+    calls = tmp_path / "calls"
+    for flags, dtypes in (("fpu avx2 fma", ["float32"]), ("avx2 avx512_bf16 amx_tile", ["float32", "bfloat16"])):
+        out, info = tmp_path / f"out-{len(dtypes)}", tmp_path / "cpuinfo"
+        info.write_text(f"flags\t\t: {flags}\n")
+        env = {**os.environ, "PY": str(fake), "CPUINFO": str(info), "CALLS": str(calls)}
+        for _ in range(2):
+            subprocess.run(["bash", str(ROOT / "benchmarks" / "cpu_grid.sh"), str(out), "m1"], env=env, check=True,
+                           capture_output=True)
+        want = {f"{m}-m1-{k}-{d}.json" for m in ("seakr", "ctrla", "rowen") for k in ("plain", "onednn") for d in dtypes}
+        assert {p.name for p in out.glob("*.json")} == want
+        assert len(calls.read_text().split()) == len(want)
+        calls.unlink()
+        line = json.loads((out / "ctrla-m1-onednn-float32.json").read_text())
+        assert line["args"] == ("benchmarks/bench_limit.py --method ctrla --model m1 --limit 16 --linear onednn "
+                                "--dtype float32")
