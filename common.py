@@ -902,7 +902,7 @@ def run_shard(args, method: str, solve, records: list[dict], out: Path, code: st
     others (torch.distributed's barrier, over gloo), and rank 0 writes OUT: the rows of OUT already there and
     of every shard, in the questions' order, with OUT's settings and summary, then removes the shards. Each
     question keeps its seed (question_seed of its id) and the --corpus contexts pool is the whole run's, so
-    OUT equals a one-process run's but for seconds and cpu."""
+    OUT equals a one-process run's but for seconds, cpu_seconds and cpu."""
     rank, world = launcher_rank()
     settings = run_settings(args, code)
     done = {}

@@ -57,7 +57,7 @@ def test_shards_concatenate_into_the_whole_run(tmp_path):
     second = make_args(tmp_path, limit=3, skip=1, output=str(tmp_path / "b.jsonl"))
     assert common.run(first, "fake", solve)["n"] == 1 and common.run(second, "fake", solve)["n"] == 2
     rows = lambda name: [json.loads(l) for l in (tmp_path / name).read_text().splitlines()]
-    strip = lambda rs: [{k: v for k, v in r.items() if k != "seconds"} for r in rs]
+    strip = lambda rs: [{k: v for k, v in r.items() if k not in ("seconds", "cpu_seconds")} for r in rs]
     assert strip(rows("a.jsonl") + rows("b.jsonl")) == strip(rows("whole.jsonl"))
     with pytest.raises(common.InputError, match="--skip 3: 3 questions are loaded"):
         common.run(make_args(tmp_path, skip=3), "fake", solve)
@@ -377,7 +377,7 @@ common.main_guard(lambda: common.run(args, "fake", solve))
 
 def test_torchrun_shards_a_run_into_one_output_equal_to_one_process(tmp_path):
     """`torchrun --nproc-per-node 2 METHOD.py ...`: each process answers every second question into a shard,
-    rank 0 writes one output: the rows of a one-process run, in its order, but for seconds (and cpu)."""
+    rank 0 writes one output: the rows of a one-process run, in its order, but for seconds (and cpu_seconds, cpu)."""
     script = tmp_path / "fake_method.py"
     script.write_text(SHARDED.format(root=str(ROOT)))
     data = str(FIXTURES / "nq_open.jsonl")
@@ -388,7 +388,7 @@ def test_torchrun_shards_a_run_into_one_output_equal_to_one_process(tmp_path):
                           "--standalone", str(script), *base, "--output", str(sharded)],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
-    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("seconds", "cpu")} for r in rows]
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("seconds", "cpu_seconds", "cpu")} for r in rows]
     one, two = (json.loads(line) for line in alone.read_text().splitlines()), sharded.read_text().splitlines()
     assert strip(map(json.loads, two)) == strip(one) and len(two) == 3
     assert sorted(p.name for p in tmp_path.iterdir() if "rank" in p.name) == []        # the shards are gone
@@ -406,7 +406,7 @@ def test_torchrun_shards_a_run_into_one_output_equal_to_one_process(tmp_path):
 @pytest.mark.slow
 def test_torchrun_seakr_on_the_embedded_model_equals_one_process(tmp_path):
     """The issue's case: `torchrun --nproc-per-node 2 seakr.py` on 4 demo questions (SmolLM2, CoT: one greedy
-    chain each) writes the rows of a one-process run but for seconds and cpu."""
+    chain each) writes the rows of a one-process run but for seconds, cpu_seconds and cpu."""
     base = [str(ROOT / "seakr.py"), "--model", "smollm2-135m", "--dataset", "hotpotqa", "--corpus", "contexts",
             "--retrieve", "never", "--limit", "4", "--dtype", "float32", "--linear", "plain"]
     alone, sharded = tmp_path / "alone.jsonl", tmp_path / "sharded.jsonl"
@@ -415,7 +415,7 @@ def test_torchrun_seakr_on_the_embedded_model_equals_one_process(tmp_path):
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
                           *base, "--output", str(sharded)], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert two.returncode == 0, two.stderr[-2000:]
-    strip = lambda path: [{k: v for k, v in json.loads(line).items() if k not in ("seconds", "cpu")}
+    strip = lambda path: [{k: v for k, v in json.loads(line).items() if k not in ("seconds", "cpu_seconds", "cpu")}
                           for line in path.read_text().splitlines()]
     assert strip(sharded) == strip(alone) and len(strip(alone)) == 4
 
