@@ -30,7 +30,7 @@ demo: setup
 	$(PY) seakr.py --dataset hotpotqa
 
 test: setup browser
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=10 tests
 
 # The question files the README, results/ and benchmarks/ read (data/raw/, git-ignored), each downloaded from its
 # public source, or copied from DATA_FROM=DIR (data/raw/'s layout), and checked against the sha256 in questions.py.
