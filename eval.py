@@ -14,6 +14,7 @@ Implements:
 
 Usage: python eval.py out/seakr_hotpotqa.jsonl out/ctrla_hotpotqa.jsonl [--markdown]
        python eval.py signals FILE...   (each method's own score against wrong answers: AUROC)
+       python eval.py progress FILE... [--total N]   (a run's cost so far: questions, wall and CPU hours)
 To run every method and its baselines on the same questions and get one table and a plot of F1
 against retrieval rate: benchmarks/run_all.py (it scores with this file).
 
@@ -32,6 +33,7 @@ import argparse
 import json
 import math
 import re
+import statistics
 import string
 import sys
 import warnings
@@ -397,6 +399,32 @@ def machines(rows) -> str | None:
     if set(kinds) <= {"not recorded"}:      # no rows, or none names one
         return None
     return next(iter(kinds)) if len(kinds) == 1 else ", ".join(f"{k}: {n}" for k, n in kinds.items())
+
+
+def progress(rows, total: int | None = None) -> dict:
+    """A run's cost so far, as results/README.md's progress rows give it: the questions done (of `total`),
+    hours on the wall clock (the rows' seconds, a pause included) with the seconds per question (min,
+    median, max), hours of CPU time (cpu_seconds: every thread's, a pause not counted; over the rows that
+    record it, none in files of older code) and where the rows ran (machines)."""
+    wall = sorted(float(r.get("seconds") or 0) for r in rows)
+    cpu = [float(r["cpu_seconds"]) for r in rows if r.get("cpu_seconds") is not None]
+    return {"done": len(rows), "total": total, "wall_hours": round(sum(wall) / 3600, 2),
+            "seconds": [round(wall[0]), round(statistics.median(wall)), round(wall[-1])] if wall else None,
+            "cpu_hours": round(sum(cpu) / 3600, 2) if cpu else None, "cpu_rows": len(cpu), "machines": machines(rows)}
+
+
+def progress_text(name: str, p: dict) -> str:
+    """progress() in one line."""
+    done = str(p["done"])
+    if p["total"]:
+        done += f" / {p['total']}" + (" (done)" if p["done"] >= p["total"] else "")
+    line = f"{name}: {done} questions"
+    if p["seconds"]:
+        lo, med, hi = p["seconds"]
+        line += f"; {p['wall_hours']} h on the wall clock ({lo}-{hi} s a question, median {med} s)"
+    if p["cpu_hours"] is not None:
+        line += f"; {p['cpu_hours']} h of CPU time over the {p['cpu_rows']} rows that record it"
+    return line + (f"; {p['machines']}" if p["machines"] else "")
 
 
 def read_rows(path):
@@ -869,8 +897,26 @@ def signals_main(argv):
     print(signals_table(named, markdown=args.markdown))
 
 
+def progress_main(argv):
+    parser = argparse.ArgumentParser(prog="eval.py progress", description="A run's cost so far: questions done, "
+                                     "wall-clock and CPU hours, where its rows ran (results/README.md's progress "
+                                     "rows).")
+    parser.add_argument("files", nargs="+", help="run files (JSONL) written by ctrla.py / seakr.py / rowen.py")
+    parser.add_argument("--total", type=int, help="the questions the run will answer (its --limit)")
+    args = parser.parse_args(argv)
+    for path in args.files:
+        try:
+            rows = read_rows(path)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(2)
+        print(progress_text(Path(path).stem, progress(rows, args.total)))
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["signals"]:
         signals_main(sys.argv[2:])
+    elif sys.argv[1:2] == ["progress"]:
+        progress_main(sys.argv[2:])
     else:
         main()

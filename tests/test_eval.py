@@ -601,3 +601,26 @@ def test_cli_names_signals_and_a_settings_file(tmp_path):
     result = run_cli(settings)
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
         f"error: {settings} is a run's settings file, not its rows; pass cot.jsonl"]
+
+
+def test_progress_counts_wall_and_cpu_hours_apart(tmp_path, capsys):
+    """eval.progress, by hand: three rows of 600, 1800 (a pause inside) and 1200 s on the wall clock, two of
+    them with cpu_seconds 1080 and 2160 (the third from older code records none): 1.0 h on the wall clock,
+    median 1200 s; 0.9 h of CPU time over 2 rows."""
+    rows = [{"id": "a", "seconds": 600.0, "cpu_seconds": 1080.0, "cpu": EPYC},
+            {"id": "b", "seconds": 1800.0, "cpu_seconds": 2160.0, "cpu": EPYC},
+            {"id": "c", "seconds": 1200.0, "cpu": XEON}]
+    got = ev.progress(rows, total=50)
+    assert got == {"done": 3, "total": 50, "wall_hours": 1.0, "seconds": [600, 1200, 1800], "cpu_hours": 0.9,
+                   "cpu_rows": 2, "machines": "AMD EPYC (family 23, model 1): 2, Intel Xeon (family 6, model 207): 1"}
+    assert ev.progress_text("run", got) == ("run: 3 / 50 questions; 1.0 h on the wall clock (600-1800 s a question, "
+                                            "median 1200 s); 0.9 h of CPU time over the 2 rows that record it; "
+                                            "AMD EPYC (family 23, model 1): 2, Intel Xeon (family 6, model 207): 1")
+    old = ev.progress([{"id": "a", "seconds": 10.0}], total=1)
+    assert old["cpu_hours"] is None and ev.progress_text("x", old) == (
+        "x: 1 / 1 (done) questions; 0.0 h on the wall clock (10-10 s a question, median 10 s)")
+    assert ev.progress([])["seconds"] is None and ev.progress_text("e", ev.progress([])) == "e: 0 questions"
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ev.progress_main([str(path), "--total", "50"])
+    assert capsys.readouterr().out.startswith("run: 3 / 50 questions; 1.0 h on the wall clock")
