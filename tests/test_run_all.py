@@ -294,6 +294,12 @@ def test_a_step_before_the_last_that_names_an_answer_officially_is_named(tmp_pat
     run_all.main(["--out", str(only), "--table-only"])
     assert "no predictions changed" in (only / "table.md").read_text()
     assert json.loads((only / "figures.json").read_text())["course_changes"] == {"cot": ["4"]}
+    # a run made by code that reads answers officially (its settings hash eval.py: today's code) took today's
+    # course, so nothing is named in it, whatever its texts hold
+    (only / "cot.settings.json").write_text(json.dumps({"method code": "seakr.py, 1 bytes, sha256 x",
+                                                        "eval.py code": "eval.py, 1 bytes, sha256 y"}))
+    run_all.main(["--out", str(only), "--table-only"])
+    assert "course_changes" not in json.loads((only / "figures.json").read_text())
 
 
 def test_table_gives_seakrs_step_signal_from_a_seakr_run_and_cot(tmp_path):
