@@ -54,7 +54,7 @@ def main():
     t = time.perf_counter()
     model, tok = common.load_model(a.model, a.dtype, a.device)
     load_s = time.perf_counter() - t
-    fig = {"model": a.model, "dtype": "int8" if a.dtype == "int8" else str(model.dtype).removeprefix("torch."), "questions": len(items),
+    fig = {"model": a.model, "dtype": common.precision(model), "questions": len(items),
            "load_s": round(load_s, 1)}
     rows = []
     for mode in a.modes:
