@@ -132,16 +132,20 @@ def test_table_gives_seakrs_threshold_from_a_calibration_file(tmp_path):
     assert "| 2 | 70.0 | 100.0 | 0.0 | 3 |" in table and "| 9 | 0.0 | 30.0 | - | 10 |" in table
 
 
-def test_baseline_plan_script_parses_and_names_only_known_runs():
+@pytest.mark.parametrize("script, must", [
+    ("baseline_plan.sh", {"cot", "ircot", "seakr-no-sa-retrieval", "ctrla-monitor-only", "rowen-hybrid-always"}),
+    ("second_pin_plan.sh", {"cot", "ircot", "seakr-no-sa-retrieval", "ctrla", "ctrla-never", "ctrla-always",
+                            "ctrla-monitor-only"})])
+def test_plan_script_parses_and_names_only_known_runs(script, must):
     import re
     import subprocess
-    script = Path(run_all.__file__).with_name("baseline_plan.sh")
+    script = Path(run_all.__file__).with_name(script)
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     text = script.read_text()
     named = [n.strip('"') for m in re.finditer(r"--runs ((?:[^\s\\-][^\s\\]*\s+)+)", text) for n in m[1].split()]
     known = {*run_all.runs(argparse.Namespace(runs=["all"], deltas=[], taus=[])), *run_all.SIGNAL_RUNS}
     assert named and all(n in known or n.startswith("seakr-delta$") for n in named), named
-    assert {"cot", "ircot", "seakr-no-sa-retrieval", "ctrla-monitor-only", "rowen-hybrid-always"} <= set(named)
+    assert must <= set(named)
 
 
 def _sweep(tmp_path, monkeypatch, first_code):
@@ -483,3 +487,27 @@ def test_provenance_names_the_pinned_commit_of_each_run_or_its_note(tmp_path, mo
     assert where == {"cot.jsonl": head, "ctrla.forced.jsonl": "note: made by hand", "ircot.jsonl": "no pinned commit"}
     assert bad == ["ircot.jsonl"]
     assert run_all.code_ids(good) == at_head
+
+
+def test_second_pin_plan_sets_aside_only_the_first_pins_ctrla_files(tmp_path):
+    """set_aside moves a run whose settings name another ctrla.py, with its forced answers, to DIR-062262b;
+    a run of this ctrla.py stays, and a second call moves nothing."""
+    import hashlib
+    import re
+    import subprocess
+    text = Path(run_all.__file__).with_name("second_pin_plan.sh").read_text()
+    function = re.search(r"^set_aside\(\) \{.*?^\}$", text, re.S | re.M)[0]
+    (tmp_path / "ctrla.py").write_text("pinned\n")
+    code = hashlib.sha256(b"pinned\n").hexdigest()[:16]
+    d = tmp_path / "results" / "d"
+    d.mkdir(parents=True)
+    (d / "ctrla.settings.json").write_text('{"method code": "ctrla.py, 9 bytes, sha256 10563c93d5607f69"}')
+    (d / "ctrla-never.settings.json").write_text(f'{{"method code": "ctrla.py, 7 bytes, sha256 {code}"}}')
+    for name in ("ctrla.jsonl", "ctrla.forced.jsonl", "ctrla-never.jsonl"):
+        (d / name).write_text("{}\n")
+    for _ in range(2):
+        subprocess.run(["bash", "-c", f"set -euo pipefail\n{function}\nset_aside results/d ctrla ctrla-never ctrla-always"],
+                       cwd=tmp_path, check=True, capture_output=True)
+    assert sorted(p.name for p in d.iterdir()) == ["ctrla-never.jsonl", "ctrla-never.settings.json"]
+    assert sorted(p.name for p in (tmp_path / "results" / "d-062262b").iterdir()) == [
+        "ctrla.forced.jsonl", "ctrla.jsonl", "ctrla.settings.json"]
