@@ -2,7 +2,8 @@
 
 The method in five lines:
 1. Each reasoning step is generated greedily; 20 more samples of the same step give the uncertainty
-   U = (1/k) logdet(Z Z^T + alpha I) of their hidden states at the EOS position (3.4), layer L/2 - 1's MLP output.
+   U = (1/k) logdet(Z J Z^T + alpha I) of their centred hidden states at the EOS position (3.4),
+   layer L/2 - 1's MLP output.
 2. Self-aware retrieval (3.1): if U exceeds delta, the step without its uncertain words is the query; BM25 gives N = 3.
 3. Self-aware re-ranking (3.2): the step is regenerated with each passage; the lowest U's passage and step are kept.
 4. The loop stops at a step that states its answer, after 7 steps or 5 retrievals (official README).
@@ -19,7 +20,8 @@ in the final reasoning (reason). Differs from the official code, in ways that ca
 - a step with no non-empty sample has U = +inf, always uncertain (official 0: uncertain only on LLaMA-2's scale);
 - prompts end in "Answer:" without the official trailing space; fed-back steps keep their internal periods;
 - query words are kept by a stop-word list over the whole step (official: spaCy POS tags, last sentence only);
-- passages are shown as "title: text" (official: text only); simple QA searches BM25's top 10 itself.
+- passages are shown as "title: text" (official: text only); simple QA searches BM25's top 10 itself;
+- a forced continuation is read to its first comma or period (official: whole).
 Full list, each with the official file and line and its measured effect: docs/seakr.md.
 """
 from __future__ import annotations
@@ -585,7 +587,7 @@ def main(argv=None):
         args.retrieve = "no-sa-retrieval"
     if args.retrieve in ("never", "ircot") and (args.no_rerank or args.final != "both" or args.calibrate):
         p.error(f"--retrieve {args.retrieve} is a baseline without re-ranking, reasoning strategies or U")
-    if args.samples < 2:        # U of one sample is its norm, not a spread (paper 3.4: k = 20)
+    if args.samples < 2:        # U of one sample is its norm, not a spread (paper 4.1.3: k = 20)
         p.error(f"--samples {args.samples}: the eigen score needs at least 2 samples (paper: 20)")
     if args.retrieve in ("never", "ircot") and args.threshold is not None:
         print(f"warning: --threshold {args.threshold:g} is not used by --retrieve {args.retrieve} (no U)",

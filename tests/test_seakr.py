@@ -669,6 +669,18 @@ def test_forced_answer_is_100_tokens_in_reasoning_20_in_simple_qa_and_the_baseli
     assert seen[1][1] == "P\nAnswer: Rome. So the answer is"      # fake greedy's chain is " Rome."
 
 
+
+def test_reason_forces_the_passages_answer_when_their_chain_names_none(monkeypatch):
+    # "So the answer is ." names an empty answer: official read_all_docs keeps "" with its U; here it counts as
+    # none, and the answer is forced on the same prompt (docs/seakr.md, changes results)
+    seen = fake_calls(monkeypatch, "So the answer is .")
+    s = seakr.Settings(delta=0.0, layer=0, final="knowledge")
+    out = seakr.reason(None, None, "P", "Q", ["A step."], [{"title": "T", "text": "x"}], s, seakr.Budget(0))
+    assert [kind for kind, _, _ in seen] == ["call", "call"]
+    assert seen[1][1] == seen[0][1] + " So the answer is"
+    # the fake answers the forced call with the same text, read up to its first period: never ""
+    assert (out["read_answer"], out["chosen"]) == ("So the answer is", "knowledge")
+
 def no_sampling(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("a baseline draws no samples")
