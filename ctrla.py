@@ -19,7 +19,7 @@ the refusal loop, the retrieval count). Differs from the official code, in ways 
 - the features are read from the project's own statements (data/; --honesty-data / --confidence-data read the official);
 - tau is calibrated per model (the paper's 0.0 is Mistral-7B's; SmolLM2-135M's scores sit near -8);
 - prompts use the model's chat template and Prompts B.1 / B.2 as the paper words them;
-- BM25 everywhere (the paper: BGE and web search for PopQA, TriviaQA, ASQA and Bio);
+- BM25 everywhere (the paper: BGE and web search; the released code's web search never runs in its loop);
 - multi-hop QA (no official code): DRAGIN's exemplars, top 3 passages, DRAGIN's forced answer;
 - a sentence that ends its line keeps its line break (official: joined with a space);
 - multi-hop answers are read after "the answer is" in any case.
@@ -586,9 +586,9 @@ def threshold(s: Settings, feats: dict, keys) -> float:
 
 def judge(raw, spans, text: str, start: int, question: str, previous, tau: float) -> dict:
     """Eq. 2 and the trigger on the raw scores m~ of prompt + segment (segment from char `start`):
-    outliers clamped over the whole sequence but its first token (BOS), then score - tau < 0. As
-    official, the clamp's statistics include the prompt and the segment's later tokens (the paper's
-    scale([m~_0 .. m~_k]) is causal)."""
+    outliers clamped over the whole sequence but its first token (BOS; the template's first where there is
+    none), then score - tau < 0. As official, the clamp's statistics include the prompt and the segment's
+    later tokens (the paper's scale([m~_0 .. m~_k]) is causal)."""
     scores = torch.cat([raw[:1], clamp_outliers(raw[1:])]) - tau
     unconf = [False] + unconfident(scores[1:], 0.0).tolist()
     mine = [i for i, (a, b) in enumerate(spans) if b > start and b > a]

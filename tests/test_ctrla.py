@@ -114,6 +114,16 @@ def test_a_prefix_ending_in_a_space_token_keeps_it(kind, sp_tok, bpe_tok):
     assert ["s", space] in ends and [space, "2" if kind == "bytelevel" else "<0x32>"] in ends
 
 
+
+def test_steered_generation_reads_one_bos_where_the_template_writes_it(sp_tok):
+    """Ours: every prompt as the chat template writes it, Mistral's "<s>" included, read once (common.encode
+    adds no second one). Official: the steered pipeline encodes with add_special_tokens=False and its
+    "[INST]" text has no "<s>", so its steered segments are generated without BOS (docs/ctrla.md)."""
+    tok = copy.deepcopy(sp_tok)
+    tok.chat_template = MISTRAL_TEMPLATE
+    ids = common.encode(tok, ctrla.build_prompt(tok, "short", "Who directed Laughter In Hell?", gen=["The film"]))
+    assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1
+
 MISTRAL_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }}"
                     " [/INST]{% else %}{{ m['content'] }}</s>{% endif %}{% endfor %}")
 CHATML_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
