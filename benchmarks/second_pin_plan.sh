@@ -28,6 +28,9 @@ O=results/2wikimultihopqa50-$M
     || { echo "error: no question files under $R: run make data here first (or DATA_FROM=DIR make data)" >&2; exit 1; }
 python -c "import torch, transformers" 2>/dev/null \
     || { echo "error: no torch here: activate the project's environment first (source ../main/.venv/bin/activate)" >&2; exit 1; }
+# each run_all call ends with the directory's table, which checks every run file against the pinned commits:
+# the pinned checkout's list predates its own pin, so it reads this checkout's
+cp "$MAIN/results/provenance.json" results/provenance.json
 plan() {   # DATA OUT RUNS... [-- EXTRA...]: one run_all call of the pinned checkout, the table's fixed settings
     local data=$1 out=$2; shift 2
     python benchmarks/run_all.py --data "$data" --limit 50 --model $M --out "$out" --cache "$CACHE" "$@"
