@@ -23,7 +23,7 @@ the refusal loop, the retrieval count). Differs from the official code, in ways 
 - multi-hop QA (no official code): DRAGIN's exemplars, top 3 passages, DRAGIN's forced answer;
 - a sentence that ends its line keeps its line break (official: joined with a space);
 - multi-hop answers are read after "the answer is" in any case.
-Full list, each with the official file and line and its measured effect: docs/ctrla.md.
+Full list, each with the official file and line and its effect where measured: docs/ctrla.md.
 """
 from __future__ import annotations
 

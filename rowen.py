@@ -26,7 +26,7 @@ prompt; the other prompts are ours. Differs from the official code, in ways that
 - evaluation: TruthfulQA has no GPT-judge, the paper's headline metric (a fine-tuned babbage-002 that is not
   public); `closer_to_correct` stands in for it;
 - the shipped StrategyQA results were repaired with our prompt (--repair-prompt correct); the default is official.
-Full list, each with the official file and line and its measured effect: docs/rowen.md.
+Full list, each with the official file and line and its effect where measured: docs/rowen.md.
 """
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ PAPER_RATES = {"truthfulqa": 0.23,   # share of questions Rowen-Hybrid retrieves
 # The hybrid threshold of a task and an (M, M_V) pair, calibrated on its own Z at the task's PAPER_RATES (no answer
 # read; `python analysis.py modes FILE` prints it). subtle: in-sample, from the Z of the 50 questions it reports on.
 CALIBRATED = {
-    # TruthfulQA's first 50, --never-retrieve: 20% retrieve (results/truthfulqa50-qwen2.5-coder-1.5b/)
+    # TruthfulQA's first 50, --never-retrieve: 20% retrieve (results/truthfulqa50-qwen2.5-coder-1.5b/; at fe512cb,
+    # whose CM judge used an earlier layout: today's official one may move Z)
     ("truthfulqa", "qwen2.5-coder-1.5b", "smollm2-135m"): 1.25,
     # StrategyQA's first 50, --never-retrieve: 14%, the candidate nearest 20% (1.08 gives 30%;
     # results/strategyqa50-qwen2.5-coder-1.5b/); TruthfulQA's 1.25 would retrieve on 40% of them
@@ -290,8 +291,8 @@ def default_threshold(mode: str, model: str | None = None, verifier: str | None 
                       say: bool = False) -> float:
     """Paper 3.3's threshold: 0.6 for CL and 0.8 for CM, the paper's best (5.4, Fig. 4(a)). The paper gives
     no number for the hybrid score Z_CL + alpha Z_CM in [0, 1 + alpha]; we use the official default 0.5
-    (`--threshold 0.5`, used in every mode there). With alpha = 1 it retrieves only when fewer than 3 of
-    the 2k checks agree (Z < 0.5), so the hybrid retrieves less often than CL or CM at their thresholds.
+    (`--threshold 0.5`, used in every mode there). With alpha = 1 it retrieves only when fewer than n/2 of
+    the 2n checks agree (Z < 0.5; n the perturbations parsed, at most k), so the hybrid retrieves less often than CL or CM at their thresholds.
 
     Those numbers are GPT-3.5's. A small model's answers disagree far more often (Qwen2.5-Coder-1.5B as M
     with SmolLM2-135M as M_V: the hybrid Z of 1 of 50 TruthfulQA questions falls below 0.5), so a

@@ -22,7 +22,7 @@ in the final reasoning (reason). Differs from the official code, in ways that ca
 - query words are kept by a stop-word list over the whole step (official: spaCy POS tags, last sentence only);
 - passages are shown as "title: text" (official: text only); simple QA searches BM25's top 10 itself;
 - a forced continuation is read to its first comma or period (official: whole).
-Full list, each with the official file and line and its measured effect: docs/seakr.md.
+Full list, each with the official file and line and its effect where measured: docs/seakr.md.
 """
 from __future__ import annotations
 
