@@ -260,6 +260,8 @@ def test_prompt_format():
     with_steps = seakr.build_prompt("P", "Q?", steps=[" Edward L. Cahn died", "X."])
     assert with_steps.endswith("\nAnswer: Edward L. Cahn died. X.")     # periods kept, no trailing space
     assert not with_steps.endswith(" ")
+    # an empty step is left out (official: fed back as ".")
+    assert seakr.build_prompt("P", "Q?", steps=["A", " ", "B"]).endswith("\nAnswer: A. B.")
 
 
 def test_exemplars_render_like_the_official_demos():
