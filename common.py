@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from jinja2 import TemplateError
 
 import eval as metrics
 import models      # the embedded models' files, the CPU, --dtype auto, --linear kernels, int8
@@ -200,7 +201,17 @@ def chat_prompt(tok, user: str, system: str | None = None, history: list[dict] =
     messages = ([{"role": "system", "content": system}] if system else []) + list(history)
     messages.append({"role": "user", "content": user})
     if tok.chat_template:
-        return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        try:
+            return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except TemplateError:
+            if not system:
+                raise
+        # a template that refuses a system turn (Mistral-7B-Instruct-v0.1's first one, Gemma-2's): the system
+        # text opens the first user turn, followed by a blank line, where Mistral's later templates put it
+        rest = messages[1:]
+        i = next(j for j, m in enumerate(rest) if m["role"] == "user")
+        rest[i] = {**rest[i], "content": f"{system}\n\n{rest[i]['content']}"}
+        return tok.apply_chat_template(rest, tokenize=False, add_generation_prompt=True)
     turns = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
     text = "\n\n".join(turns) + "\n\nAssistant:"
     if tok.bos_token and tok("a")["input_ids"][:1] != [tok.bos_token_id]:

@@ -204,6 +204,28 @@ def test_prompt_helpers(tiny):
     assert common.turn_stops(type("T", (), {"chat_template": "{{ messages }}"})()) == ()
 
 
+
+# a template in the manner of Mistral-7B-Instruct-v0.1's first one: user and assistant turns only
+NO_SYSTEM_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] }} [/INST]"
+                      "{% elif m['role'] == 'assistant' %}{{ m['content'] }}{{ eos_token }}{% else %}"
+                      "{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}")
+
+
+def test_a_template_without_a_system_turn_gets_the_system_text_in_the_first_user_turn(real_tok):
+    import copy
+    tok = copy.deepcopy(real_tok)
+    tok.chat_template = NO_SYSTEM_TEMPLATE
+    bos, eos = tok.bos_token or "", tok.eos_token
+    assert common.chat_prompt(tok, "Hi?") == f"{bos}[INST] Hi? [/INST]"
+    assert common.chat_prompt(tok, "Hi?", system="Be brief.") == f"{bos}[INST] Be brief.\n\nHi? [/INST]"
+    shots = [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]
+    assert common.chat_prompt(tok, "Hi?", "Be brief.", shots) == (
+        f"{bos}[INST] Be brief.\n\n1+1? [/INST]2{eos}[INST] Hi? [/INST]")
+    tok.chat_template = "{{ raise_exception('broken template') }}"   # any other refusal is not hidden
+    for system in (None, "Be brief."):
+        with pytest.raises(common.TemplateError, match="broken template"):
+            common.chat_prompt(tok, "Hi?", system=system)
+
 def test_prefix_reuse_gives_the_same_outputs_and_skips_the_shared_tokens(tiny):
     model, tok = tiny
     head = "Question: the shared few-shot head goes here\nAnswer: fine. "
