@@ -466,11 +466,23 @@ def run_script(path):
     return (code.split(",")[0] if isinstance(code, str) else None), bool(saved.get("--calibrate"))
 
 
+def read_officially(path) -> bool:
+    """Whether a run was made by code that reads SeaKR's answers as the official code does: its settings
+    (RUN.settings.json) hash eval.py, which runs record since 8124014, a descendant of the official reading
+    (10791b9); 062262b's runs do not. Such a run's answers are read already, and its course is today's."""
+    try:
+        return "eval.py code" in json.loads(Path(path).with_name(Path(path).stem + ".settings.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
 def reread_seakr(rows):
     """The rows of a seakr.py run with each prediction read under the official SeaKR reading (common_reading:
     cut at its first comma or period), and the ones that changed ({id, or "line N" for a row without one:
-    the prediction as read again}). Runs made before seakr.py read answers as the official code does read
-    them to the first sentence end ("Mumbai, India"); an answer of today's code reads the same again."""
+    the prediction as read again}). For the runs made before seakr.py read answers as the official code
+    does (read_officially), which read them to the first sentence end ("Mumbai, India"). subtle: not for
+    later runs: an answer read officially from "... Thus, Rome is the answer" is "Thus, Rome", which a cut
+    would make "Thus"."""
     out = [{**r, "prediction": common_reading(r["prediction"])} if r.get("prediction") else r for r in rows]
     return out, {str(r.get("id", f"line {i}")): o["prediction"]
                  for i, (r, o) in enumerate(zip(rows, out), 1) if r.get("prediction") != o.get("prediction")}
@@ -478,7 +490,7 @@ def reread_seakr(rows):
 
 def read_run(path, script=None, calibrate=None):
     """A run file's rows as the tables read them, and what that changed: a seakr.py run (not --calibrate)
-    under the official SeaKR reading (reread_seakr), a ctrla.py run with the forced answers of its side
+    made before the official reading under it (reread_seakr), a ctrla.py run with the forced answers of its side
     file (with_forced; RUN.forced.jsonl from `benchmarks/force_answers.py`), any other as run. `script`
     (and `calibrate`) name the method where the run has no settings file. Returns (rows, {"reread": {id:
     prediction}, "forced": [rows that took one, rows still without one, {id: prediction}]}), the keys only
@@ -486,7 +498,7 @@ def read_run(path, script=None, calibrate=None):
     found, cal = run_script(path)
     script, calibrate = script or found, cal if calibrate is None else calibrate
     rows, info = read_rows(path), {}
-    if script == "seakr.py" and not calibrate:
+    if script == "seakr.py" and not calibrate and not read_officially(path):
         rows, info["reread"] = reread_seakr(rows)
     if script == "ctrla.py":
         side = side_file(Path(path))

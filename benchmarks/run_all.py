@@ -201,16 +201,6 @@ def course_changes(rows: list[dict]) -> list[str]:
     return out
 
 
-def read_officially(settings_file: Path) -> bool:
-    """Whether a run was made by code that reads SeaKR's answers as the official code does, so that its
-    course is today's and course_changes has nothing to say of it: its settings hash eval.py, which runs
-    record since 8124014, a descendant of the official reading (10791b9); 062262b's runs do not."""
-    try:
-        return "eval.py code" in json.loads(settings_file.read_text())
-    except (OSError, ValueError):
-        return False
-
-
 def table_rows(a, reread: dict | None = None, course: dict | None = None,
                in_progress: dict | None = None, forced: dict | None = None) -> list[tuple[str, str, str, dict, list]]:
     """(name, method, label, summary, rows) for every run file present, the Rowen rows re-read, the SeaKR
@@ -239,7 +229,7 @@ def table_rows(a, reread: dict | None = None, course: dict | None = None,
         if "reread" in info and info["reread"] and reread is not None:
             reread[name] = info["reread"]
         if (script == "seakr.py" and name not in SIGNAL_RUNS and course is not None
-                and not read_officially(a.out / f"{name}.settings.json") and (ids := course_changes(rows))):
+                and not metrics.read_officially(a.out / f"{name}.jsonl") and (ids := course_changes(rows))):
             course[name] = ids      # checked in every older run: a step may change the course where no answer does
         if "forced" in info and forced is not None:
             forced[name] = tuple(info["forced"])

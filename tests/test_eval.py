@@ -624,3 +624,17 @@ def test_progress_counts_wall_and_cpu_hours_apart(tmp_path, capsys):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     ev.progress_main([str(path), "--total", "50"])
     assert capsys.readouterr().out.startswith("run: 3 / 50 questions; 1.0 h on the wall clock")
+
+
+def test_only_runs_before_the_official_reading_are_read_again(tmp_path):
+    # "... Thus, Rome is the answer" reads "Thus, Rome" officially; a cut at the first comma would make it
+    # "Thus": a run whose code read answers officially (its settings hash eval.py) is read as it ran
+    import json
+    row = {"id": "1", "question": "q", "answers": ["Thus, Rome"], "prediction": "Thus, Rome"}
+    for name, officially in (("old", False), ("new", True)):
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps(row) + "\n")
+        settings = {"method code": "seakr.py, 1 bytes, sha256 0", **({"eval.py code": "1 bytes"} if officially else {})}
+        (tmp_path / f"{name}.settings.json").write_text(json.dumps(settings))
+        rows, info = ev.read_run(tmp_path / f"{name}.jsonl")
+        assert ev.read_officially(tmp_path / f"{name}.jsonl") is officially
+        assert (rows[0]["prediction"], info) == (("Thus, Rome", {}) if officially else ("Thus", {"reread": {"1": "Thus"}}))
