@@ -690,7 +690,8 @@ def run_settings(args, code_file: str | None) -> dict:
     load_model resolves it: a file begun in float32 on an AVX2 CPU is not resumed in bfloat16 on an AMX
     one), the kernel of its linear layers (`--linear`, resolved likewise: its rounding differs), the code
     (sha256 of the method file and of every project file imported: project_files), the method's data files
-    (method_data_files) and the content of the question file and of the corpus file."""
+    (method_data_files) and the content of the question file and of the corpus file, or with `--corpus
+    contexts` how many questions' paragraphs make the pool."""
     flags = {"--" + k.replace("_", "-"): v for k, v in sorted(vars(args).items()) if k not in NOT_SETTINGS}
     device = resolve_device(getattr(args, "device", "auto"))
     dtype = resolve_dtype(getattr(args, "dtype", "auto"), device)[0]
@@ -703,6 +704,8 @@ def run_settings(args, code_file: str | None) -> dict:
                 **{f"{f.name} code": speed.file_id(f) for f in project_files(code_file)},
                 **{f"{f.name} data": speed.file_id(f) for f in method_data_files(args, code_file)},
                 "question file": speed.file_id(data), **({"corpus file": speed.file_id(corpus)} if corpus else {})}
+    if getattr(args, "corpus", None) == "contexts":   # the pool is the first --limit questions' paragraphs: a run
+        settings["contexts pooled from"] = args.limit or "all"   # resumed under another limit would search another
     return json.loads(json.dumps(settings, default=str))     # as the settings file will read back
 
 

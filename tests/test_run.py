@@ -149,6 +149,15 @@ def test_resume_stops_when_a_setting_differs_and_overwrite_starts_afresh(tmp_pat
 
 
 
+
+def test_a_contexts_run_resumes_only_under_the_pool_it_began_with(tmp_path):
+    # --corpus contexts pools the first --limit questions' paragraphs: a longer limit is another pool
+    common.run(make_args(tmp_path, limit=2, corpus="contexts"), "fake", answer)
+    assert json.loads((tmp_path / "out.settings.json").read_text())["contexts pooled from"] == 2
+    with pytest.raises(common.InputError, match="made with contexts pooled from = 2, this run has 3"):
+        common.run(make_args(tmp_path, limit=3, corpus="contexts"), "fake", answer)
+    common.run(make_args(tmp_path, limit=2, corpus="contexts"), "fake", answer)      # the same pool resumes
+
 def test_resume_stops_when_auto_picks_another_precision(tmp_path, monkeypatch):
     monkeypatch.setattr(models, "cpu_flags", lambda: "fpu sse avx2 fma")        # an AVX2-only CPU
     args = make_args(tmp_path, limit=1, device="cpu")
