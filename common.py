@@ -662,6 +662,10 @@ def load_retriever(args, records: list[dict], preset: str = "seakr"):
         if not passages:
             raise InputError("--corpus contexts: the loaded questions carry no context paragraphs; "
                              "use --corpus demo or a corpus file")
+        if lacking := sum(r.get("gold_in_contexts") is False for r in records):
+            print(f"warning: --corpus contexts: the supporting paragraphs of {lacking} of {len(records)} questions "
+                  "are not among their contexts (not the distractor setting), so the pool lacks them; for "
+                  "HotpotQA's distractor setting read hotpot_dev_distractor_v1_100.json", file=sys.stderr)
         return open_retriever(passages, preset)
     if args.corpus == "demo":
         return open_retriever(str(DATA_DIR / "corpus.jsonl"), preset)

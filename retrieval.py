@@ -453,8 +453,9 @@ def _read_jsonl_corpus(f, path):
 
 
 def contexts_corpus(records):
-    """The corpus pooled from the questions' own context paragraphs (HotpotQA / 2Wiki distractor
-    setting), deduplicated on (title, text) in first-seen order, with ids "ctx-0", "ctx-1", ..."""
+    """The corpus pooled from the questions' own context paragraphs (the distractor setting of HotpotQA's
+    and 2Wiki's files; FlashRAG's MuSiQue file holds the supporting paragraphs alone, its HotpotQA file often
+    lacks them), deduplicated on (title, text) in first-seen order, with ids "ctx-0", "ctx-1", ..."""
     pooled = {}
     for record in records:
         for c in record.get("contexts", []):

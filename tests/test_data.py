@@ -161,6 +161,21 @@ def test_flashrag_formats():
     assert nq[0]["answers"] == ["George Orwell", "Eric Arthur Blair"]
 
 
+
+def test_flashrag_hotpotqa_contexts_without_their_gold_paragraphs_are_said(tmp_path, capsys):
+    # FlashRAG's hotpotqa_dev_200.jsonl gives most questions contexts without their supporting paragraphs
+    import argparse
+    import common
+    rows = [json.loads(line) for line in (FIXTURES / "flashrag_hotpotqa.jsonl").read_text().splitlines()]
+    rows[1]["metadata"]["supporting_facts"]["title"] = ["Broad Peak"]        # not among its contexts
+    (tmp_path / "hotpotqa_dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    records = load_dataset(tmp_path / "hotpotqa_dev.jsonl")
+    assert [r["gold_in_contexts"] for r in records] == [True, False]
+    common.load_retriever(argparse.Namespace(corpus="contexts"), records)
+    assert "the supporting paragraphs of 1 of 2 questions are not among their contexts" in capsys.readouterr().err
+    common.load_retriever(argparse.Namespace(corpus="contexts"), load_dataset(FIXTURES / "flashrag_hotpotqa.jsonl"))
+    assert capsys.readouterr().err == ""
+
 def test_ircot_kind_from_file_or_folder_name(tmp_path):
     first, second = load_dataset(FIXTURES / "ircot_hotpotqa_dev.jsonl")
     assert first["dataset"] == "hotpotqa" and first["id"] == "ir-001"
