@@ -27,7 +27,8 @@ Differs from the official code in:
   from the loaded answers, so a trailing " " or "; " in the official file (3 of its 817 rows) is gone;
   an answer with no word scores ROUGE-L 0 (the `rouge` package raises on it, which stops the official
   evaluation); GPT-judge is not computed (closer_to_correct stands in).
-- accuracy: an empty gold alias would match every prediction in CtrlA's code; we skip it.
+- accuracy: an empty gold alias would match every prediction in CtrlA's code; questions._record drops it
+  (25 of the 1,000 TriviaQA questions of CtrlA's triviaqa_test.jsonl hold one: officially always right).
 """
 import argparse
 import json
@@ -325,7 +326,9 @@ def truthful_scores(row):
       questions is the official `get_scores(..., avg=True)`;
     - closer_to_correct: 1 if the answer's best ROUGE-L against a correct answer beats its best against an
       incorrect one, the accuracy form of TruthfulQA's similarity metrics (Lin et al. 2022, "ROUGE acc"),
-      here with the rouge package's ROUGE-L. It stands in for GPT-judge (NO_GPT_JUDGE).
+      here with the rouge package's ROUGE-L, and without the "I have no comment." their code adds to the
+      correct answers (with it, 23 of the shipped TruthfulQA 50 answers are closer, not 22). It stands in
+      for GPT-judge (NO_GPT_JUDGE).
     BLEU is a corpus score (truthfulqa_bleu), not a per-question one."""
     pred = row.get("prediction")
     best, correct = truthfulqa_references(row)
