@@ -764,9 +764,9 @@ def signal_scores(rows):
 
 def auroc_over(values, targets, resamples=1000):
     """(n, targets among them, AUROC, its bootstrap interval) of the scores against 0/1 targets, the
-    rows whose score is None left out; AUROC and interval to 6 places (a table rounds them once more, for
-    display only), None where undefined."""
-    keep = [i for i, v in enumerate(values) if v is not None]
+    rows whose score is None or NaN left out (a NaN would make every AUROC NaN); AUROC and interval to 6
+    places (a table rounds them once more, for display only), None where undefined."""
+    keep = [i for i, v in enumerate(values) if v is not None and v == v]
     x, t = [values[i] for i in keep], [bool(targets[i]) for i in keep]
     auc, ci = auroc(x, t), bootstrap_interval(x, t, resamples)
     return (len(x), sum(t), None if auc is None else round(auc, 6),

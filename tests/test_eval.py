@@ -285,6 +285,8 @@ def test_auroc_by_hand():
     # three-way tie with one more right answer: wrong {5} vs right {5, 5, 1}: 0.5 + 0.5 + 1 -> 2 / 3
     assert ev.auroc([5, 5, 5, 1], [True, False, False, False]) == pytest.approx(2 / 3)
     assert ev.auroc([1, 2], [True, True]) is None and ev.auroc([1, 2], [False, False]) is None
+    # a NaN score (a float32 logdet gone wrong) is left out as a missing one, not spread to the whole AUROC
+    assert ev.auroc_over([float("nan"), 0.1, 0.4, None, 0.8], [True, False, True, True, True], 50)[:3] == (3, 2, 1.0)
 
 
 def test_aurocs_of_many_groups_at_once_equal_each_alone():
