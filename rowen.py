@@ -292,7 +292,8 @@ def default_threshold(mode: str, model: str | None = None, verifier: str | None 
     """Paper 3.3's threshold: 0.6 for CL and 0.8 for CM, the paper's best (5.4, Fig. 4(a)). The paper gives
     no number for the hybrid score Z_CL + alpha Z_CM in [0, 1 + alpha]; we use the official default 0.5
     (`--threshold 0.5`, used in every mode there). With alpha = 1 it retrieves only when fewer than n/2 of
-    the 2n checks agree (Z < 0.5; n the perturbations parsed, at most k), so the hybrid retrieves less often than CL or CM at their thresholds.
+    the 2n checks agree (Z < 0.5; n the perturbations parsed, at most k), so the hybrid retrieves less
+    often than CL or CM at their thresholds.
 
     Those numbers are GPT-3.5's. A small model's answers disagree far more often (Qwen2.5-Coder-1.5B as M
     with SmolLM2-135M as M_V: the hybrid Z of 1 of 50 TruthfulQA questions falls below 0.5), so a
