@@ -666,6 +666,10 @@ def load_retriever(args, records: list[dict], preset: str = "seakr"):
             print(f"warning: --corpus contexts: the supporting paragraphs of {lacking} of {len(records)} questions "
                   "are not among their contexts (not the distractor setting), so the pool lacks them; for "
                   "HotpotQA's distractor setting read hotpot_dev_distractor_v1_100.json", file=sys.stderr)
+        if any(r.get("supporting_only") for r in records):
+            print("warning: --corpus contexts: these questions' contexts are their supporting paragraphs alone "
+                  "(FlashRAG's MuSiQue), so every passage of the pool is gold: an oracle, not a distractor setting",
+                  file=sys.stderr)
         return open_retriever(passages, preset)
     if args.corpus == "demo":
         return open_retriever(str(DATA_DIR / "corpus.jsonl"), preset)

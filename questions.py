@@ -245,6 +245,7 @@ def _from_flashrag(row, kind):
                    if "support_paragraph" in s]
         unique = dict.fromkeys((p["title"], p["paragraph_text"]) for p in support)
         contexts = [{"title": t, "text": x} for t, x in unique]
+        extra["supporting_only"] = True     # no distractor among them: --corpus contexts pools the gold alone
     return [_record(kind, row.get("id"), row["question"], row["golden_answers"], contexts,
                     **_pick(meta, "type", "level"), **extra)]
 

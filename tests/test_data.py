@@ -156,6 +156,7 @@ def test_flashrag_formats():
     assert musique[0]["dataset"] == "musique" and musique[0]["answers"] == ["Bucharest"]
     assert [c["title"] for c in musique[0]["contexts"]] == ["Danube", "Romania"]
     assert len(musique[1]["contexts"]) == 1  # the same support paragraph twice, kept once
+    assert all(r["supporting_only"] for r in musique) and "supporting_only" not in wiki[0]
     nq = load_dataset(FIXTURES / "flashrag_nq.jsonl")
     assert nq[0]["dataset"] == "nq" and "contexts" not in nq[0]
     assert nq[0]["answers"] == ["George Orwell", "Eric Arthur Blair"]
@@ -175,6 +176,8 @@ def test_flashrag_hotpotqa_contexts_without_their_gold_paragraphs_are_said(tmp_p
     assert "the supporting paragraphs of 1 of 2 questions are not among their contexts" in capsys.readouterr().err
     common.load_retriever(argparse.Namespace(corpus="contexts"), load_dataset(FIXTURES / "flashrag_hotpotqa.jsonl"))
     assert capsys.readouterr().err == ""
+    common.load_retriever(argparse.Namespace(corpus="contexts"), load_dataset(FIXTURES / "flashrag_musique.jsonl"))
+    assert "supporting paragraphs alone" in capsys.readouterr().err        # MuSiQue's pool is all gold
 
 def test_ircot_kind_from_file_or_folder_name(tmp_path):
     first, second = load_dataset(FIXTURES / "ircot_hotpotqa_dev.jsonl")
