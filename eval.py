@@ -19,10 +19,11 @@ To run every method and its baselines on the same questions and get one table an
 against retrieval rate: benchmarks/run_all.py (it scores with this file).
 
 Differs from the official code in:
-- StrategyQA: Rowen's `is_supported`, without "true" or "false" in the answer, falls back to True
-  unless "not", "cannot", "unknown" or "information" is one of its words, so "No." and "" count as True
-  and "I cannot say" as False; our `parse_yes_no` reads "No." as False and an answer without
-  yes/no/true/false as wrong.
+- StrategyQA: Rowen's `is_supported` reads "true" and "false" only, as substrings, the later first
+  occurrence winning where both are there ("False. Actually, it is true." is True); without either it
+  falls back to True unless "not", "cannot", "unknown" or "information" is one of its words, so "No." and
+  "" count as True and "I cannot say" as False. Our `parse_yes_no` takes the first of yes/no/true/false
+  as whole words ("No doubt: True" is False, where Rowen reads True) and an answer without one as wrong.
 - TruthfulQA: BLEU and ROUGE-L are Rowen's definitions, but the correct-answer string is joined back
   from the loaded answers, so a trailing " " or "; " in the official file (3 of its 817 rows) is gone;
   an answer with no word scores ROUGE-L 0 (the `rouge` package raises on it, which stops the official
