@@ -21,7 +21,8 @@ in the final reasoning (reason). Differs from the official code, in ways that ca
 - prompts end in "Answer:" without the official trailing space; fed-back steps keep their internal periods;
 - query words are kept by a stop-word list over the whole step (official: spaCy POS tags, last sentence only);
 - passages are shown as "title: text" (official: text only); simple QA searches BM25's top 10 itself;
-- a forced continuation is read to its first comma or period (official: whole); an empty answer named is forced (official: kept);
+- a forced continuation is read to its first comma or period (official: whole);
+- the passages' chain that names an empty answer is forced to another (official: "" kept, compared by U);
 - IRCoT (DRAGIN's, not SeaKR's) searches the edited question and keeps every passage it read.
 Full list, each with the official file and line and its effect where measured: docs/seakr.md.
 """
