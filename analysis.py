@@ -5,7 +5,7 @@ methods it reads (their settings and decision rules); no method imports it.
 
     python analysis.py calibration FILE [--limit N]  # seakr.py --calibrate's file: delta by paper 5.3 and ours
     python analysis.py second-delta FILE --delta D   # a multi-hop SeaKR run at D: the second delta's rule
-    python analysis.py check-features [ctrla.py's flags] [--output FILE]   # paper 5.2's scores: runs the model
+    python analysis.py check-features [ctrla.py's flags] [--output FILE]   # paper 5.2's (honesty: ours): runs the model
     python analysis.py features FILE                 # check-features' file: paper 5.2 per layer range
     python analysis.py modes FILE [--limit N]        # a rowen.py --mode hybrid run: detection, modes, threshold
 """
@@ -100,7 +100,8 @@ def second_delta(rows: list[dict], delta: float) -> dict | None:
     delta), the lower median of their U, to 2 decimals, keeps about half of them from retrieving.
     HotpotQA's 50 at 0.41: 48 kept, cut -0.9872, second delta -0.99 (23 kept). None without first steps."""
     found = metrics.first_steps(rows)
-    kept = sorted(v["eigen score U"] for _, v in found[1].values() if v["eigen score U"] <= delta) \
+    # a null U is +inf (no usable sample): that step retrieves at any delta, so it is never kept
+    kept = sorted(u for _, v in found[1].values() if (u := v["eigen score U"]) is not None and u <= delta) \
         if found and found[0] == "SeaKR" else []
     if not kept:
         return None
@@ -170,10 +171,11 @@ def auc(pos: torch.Tensor, neg: torch.Tensor) -> float:
 
 def features_report(check: dict) -> dict:
     """Paper 5.2 per layer range, from check_features' per-layer scores, each range's mean over its
-    layers (ctrla.token_scores). Honesty: held-out true vs false statements (accuracy at the median, AUC).
-    Confidence (Table 6): answerable vs unanswerable questions' first segments, flagged iff the trigger
-    fires at the range's tau (ctrla.threshold, ctrla.judge); AUC of the mean token score (answerable higher).
-    Printed, and returned per range."""
+    layers (ctrla.token_scores). Honesty, our check (the paper's steers on TruthfulQA, Fig. 2, Table 5):
+    held-out true vs false statements (accuracy at the median, AUC). Confidence (Table 6): answerable vs
+    unanswerable questions' first segments, flagged iff a word is flagged at the range's tau (ctrla.threshold,
+    ctrla.judge; a refusal, which also triggers retrieval, does not count here); AUC of the mean token score
+    (answerable higher). Printed, and returned per range."""
     honesty, answers = torch.tensor(check["honesty"]), check["answers"]
     n_true, n_false = len(check["true"]), len(check["false"])
     conf = {"center": None if check["center"] is None else torch.tensor(check["center"])}
@@ -230,7 +232,9 @@ def threshold_for_rate(zs: list[float], rate: float) -> dict | None:
     values = sorted({round(z, 9) for z in zs})      # 5/6 + 1/2 and 2/3 + 2/3 differ in their last bits
     cands = [min(zs)] + [_cut(a, b) for a, b in zip(values, values[1:])] + [max(zs) + 0.5]
     table = [[t, sum(z < t for z in zs) / len(zs)] for t in cands]
-    t, r = min(table, key=lambda c: (abs(c[1] - rate), c[1]))
+    # the distance in questions, rounded: 0.3 - 0.2 and 0.2 - 0.1 differ in their last bits, and a tie
+    # must go to the lower rate, not to the rounding
+    t, r = min(table, key=lambda c: (round(abs(c[1] - rate) * len(zs), 9), c[1]))
     return {"threshold": t, "rate": r, "table": table}
 
 
@@ -320,11 +324,15 @@ def rate_calibration(rows: list[dict], rate: float | None = None) -> dict | None
 
 
 def run_models(path) -> tuple[str | None, str | None]:
-    """(M, M_V) as a run's settings file beside it names them; (None, None) where it cannot be read."""
+    """(M, M_V) as a run's settings file beside it names them, or, for a Stage 3 redone by
+    benchmarks/repair_again.py (its settings name --repair-again, not --verifier), as its source run's do;
+    (None, None) where it cannot be read."""
     try:
         saved = common.read_settings(Path(path).with_suffix(".settings.json"))
     except common.InputError:
         return None, None
+    if saved.get("--verifier") is None and saved.get("--repair-again"):
+        return saved.get("--model"), run_models(saved["--repair-again"])[1]
     return saved.get("--model"), saved.get("--verifier")
 
 
@@ -338,7 +346,10 @@ def report(path, limit=None):
     except (OSError, ValueError) as e:
         raise common.InputError(f"{path}: {e}") from None
     rows = rows[:limit] if limit else rows
-    lines, pair = [], run_models(path)
+    failed = sum("error" in r for r in rows)
+    rows = [r for r in rows if "error" not in r]     # a failed question has no trace to read
+    lines = [f"{failed} failed question{'s' if failed != 1 else ''} left out"] if failed else []
+    pair = run_models(path)
     if all(r["trace"].get("retrieved") for r in rows):
         table = [(f"rowen-{m}", metrics.summarize(r)) for m, r in modes_from_run(rows, *pair).items()]
         lines.append(metrics.format_table(table, markdown=True))

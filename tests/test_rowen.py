@@ -882,7 +882,24 @@ def test_threshold_for_rate_by_hand():
     # a midpoint whose 2 decimals would leave the interval stays unrounded: 1.0 and 1.0001
     assert analysis.threshold_for_rate([1.0, 1.0001], 0.5)["threshold"] == pytest.approx(1.00005)
     assert analysis.threshold_for_rate([], 0.2) is None
+    # ties are counted in questions, not in float distances: 0.3 - 0.2 and 0.2 - 0.1 differ in their last bits
+    assert analysis.threshold_for_rate([0, 1, 1] + [2] * 7, 0.2)["rate"] == 0.1              # not 0.3
+    assert analysis.threshold_for_rate([0] * 9 + [1] * 2 + [2] * 39, 0.2)["rate"] == 0.18    # not 0.22
 
+
+def test_a_redone_stage_3_reads_its_verifier_from_its_source_run_and_failed_rows_are_left_out(tmp_path):
+    # benchmarks/repair_again.py's settings name --repair-again, not --verifier: the pair (and so the calibrated
+    # hybrid threshold) is the source run's; a failed question is left out of `modes`, and said
+    (tmp_path / "src.settings.json").write_text(json.dumps({"--model": "m", "--verifier": "v"}))
+    (tmp_path / "redo.settings.json").write_text(json.dumps({"--model": "m", "--repair-again": str(tmp_path / "src.jsonl")}))
+    assert analysis.run_models(tmp_path / "redo.jsonl") == ("m", "v")
+    assert analysis.run_models(tmp_path / "none.jsonl") == (None, None)
+    shipped = Path(__file__).parents[1] / "results" / "strategyqa50-qwen2.5-coder-1.5b"
+    rows = [json.loads(line) for line in (shipped / "rowen-hybrid-always-repair-official.jsonl").read_text().splitlines()]
+    (tmp_path / "run.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + [{"id": "x", "error": "boom"}]))
+    (tmp_path / "run.settings.json").write_text((shipped / "rowen-hybrid-always.settings.json").read_text())
+    text = analysis.report(tmp_path / "run.jsonl")
+    assert text.startswith("1 failed question left out") and "below threshold 0.92" in text
 
 def test_calibrated_pair_gets_its_threshold_and_the_paper_rate_is_read_from_z(tmp_path, capsys):
     pair = ("qwen2.5-coder-1.5b", "smollm2-135m")

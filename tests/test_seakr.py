@@ -1027,6 +1027,9 @@ def test_second_delta_is_the_lower_median_of_the_first_steps_that_do_not_retriev
     # an even count takes the lower of the two middle scores: -2.0, -1.5 | -1.234, -0.5 -> -1.5
     assert analysis.second_delta(rows[:1] + rows[2:3] + rows[4:6], 0.41)["cut"] == -1.5
     assert analysis.second_delta(rows, -3.0) is None and analysis.second_delta([], 0.41) is None
+    # a null U (+inf: no usable sample) retrieves at any delta: never kept, and no error
+    nulls = rows + [{"id": "inf", "trace": {"steps": [{"text": "A.", "score": None}]}}]
+    assert analysis.second_delta(nulls, 0.41) == {**got, "questions": 7}
     path = tmp_path / "run.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     analysis.main(["second-delta", str(path), "--delta", "0.41"])
