@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -67,10 +68,19 @@ def threshold_table(rows: list[tuple[float, bool]]) -> dict:
 
 def calibration_pairs(rows: list[dict], ids=None) -> list[tuple[float, bool]]:
     """(eigen score, answered right) of each calibration row with a finite score (of `ids` if given):
-    what threshold_table reads; right = a gold answer contained in the direct answer."""
-    return [(r["trace"]["score"], bool(metrics.accuracy(r["prediction"], r["answers"]))) for r in rows
-            if (ids is None or r["id"] in ids) and "error" not in r and isinstance(r.get("trace"), dict)
-            and r["trace"].get("score") is not None]
+    what threshold_table reads; right = a gold answer contained in the direct answer. Rows written
+    before the run files held traces ({"id", "score", "answer", "right"}: results/nq200/) are read as
+    they recorded them."""
+    pairs = []
+    for r in rows:
+        if (ids is not None and r.get("id") not in ids) or "error" in r:
+            continue
+        if isinstance(r.get("trace"), dict) and r["trace"].get("score") is not None:
+            pairs.append((r["trace"]["score"], bool(metrics.accuracy(r["prediction"], r["answers"]))))
+        elif "trace" not in r and isinstance(r.get("score"), (int, float)) and isinstance(r.get("right"), bool):
+            if math.isfinite(r["score"]):
+                pairs.append((r["score"], r["right"]))
+    return pairs
 
 
 def print_calibration(output, records: list[dict] | None = None) -> dict:

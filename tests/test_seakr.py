@@ -64,9 +64,20 @@ def test_threshold_table_hand_computed():
 def test_smollm2_threshold_is_our_rule_on_the_shipped_calibration_file():
     path = common.DATA_DIR.parent / "results" / "nq200" / "seakr-calibrate.jsonl"
     rows = seakr.metrics.read_rows(path)
-    t = analysis.threshold_table([(r["score"], r["right"]) for r in rows])
+    t = analysis.threshold_table(analysis.calibration_pairs(rows))   # the older {score, right} rows
     assert (t["n"], t["n_right"], t["paper"]) == (200, 6, None)
     assert seakr.THRESHOLDS["smollm2-135m"] == t["gap"] == 3.69            # was 3.01
+
+
+def test_calibration_pairs_reads_both_layouts_and_skips_what_has_no_score():
+    rows = [{"id": "a", "prediction": "Paris, France", "answers": ["Paris"], "trace": {"score": 1.5}},
+            {"id": "b", "prediction": "Lyon", "answers": ["Paris"], "trace": {"score": 2.5}},
+            {"id": "c", "prediction": "x", "answers": ["x"], "trace": {"score": None}},      # +inf: skipped
+            {"id": "d", "score": 0.5, "answer": "1955", "right": True},                      # older layout
+            {"id": "e", "score": float("nan"), "answer": "", "right": False},
+            {"id": "f", "error": "boom", "score": 1.0, "right": True}]
+    assert analysis.calibration_pairs(rows) == [(1.5, True), (2.5, False), (0.5, True)]
+    assert analysis.calibration_pairs(rows, ids={"b", "d"}) == [(2.5, False), (0.5, True)]
 
 
 def test_qwen_coder_threshold_is_the_papers_condition_on_the_shipped_calibration_file():
