@@ -26,7 +26,7 @@ totals, and one JSON line last with at least seconds, limit_seconds, ratio_to_li
 (linear layers' time over the questions' time) and cpu. Run it with --linear plain and --linear
 onednn for a before and after. --products instead times each linear shape of the model alone (from
 its config, no weights loaded): plain against onednn, interleaved, at 1, 2, --rows and --prefill rows,
-in each of --dtypes. --steps instead loads the model twice, plain and onednn, and times whole forward
+in each of --dtypes (--openblas: numpy's OpenBLAS beside them, float32). --steps instead loads the model twice, plain and onednn, and times whole forward
 passes in turn: a --prefill-token prefill and one decoding step of 1, 2 and --rows rows on its cache.
 Set OMP_NUM_THREADS to choose the threads.
 """
@@ -234,6 +234,24 @@ def kernels_for(dtype: torch.dtype) -> list[str]:
         return ["plain"]
 
 
+class OpenBLASLinear(torch.nn.Module):
+    """--products --openblas only: a float32 linear layer computed by numpy's matmul, which runs the
+    OpenBLAS that numpy's wheels ship (sgemv for one row, sgemm for more), on the dense weight.
+    Measured beside the kernels the methods can choose; not one of them (benchmarks/README.md)."""
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = linear.weight.detach()
+        self._t = self.weight.numpy().T
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(x.numpy() @ self._t)
+
+
+KERNELS = {"plain": lambda lin: lin, "onednn": models.OneDNNLinear, "openblas": OpenBLASLinear}
+
+
 def make_layers(shapes: list[tuple[int, int]], dtype, kernel: str, min_bytes: int = RATE_BYTES) -> list:
     """Linear layers of these shapes (random weights), repeated until they hold min_bytes of weights."""
     torch.manual_seed(0)
@@ -241,7 +259,7 @@ def make_layers(shapes: list[tuple[int, int]], dtype, kernel: str, min_bytes: in
     while size < min_bytes or not layers:
         for n_in, n_out in shapes:
             lin = torch.nn.Linear(n_in, n_out, bias=False, dtype=dtype)
-            layers.append(models.OneDNNLinear(lin) if kernel == "onednn" else lin)
+            layers.append(KERNELS[kernel](lin))
             size += n_in * n_out * lin.weight.element_size()
     return layers
 
@@ -292,13 +310,15 @@ def machine_rates(shapes: list[tuple[int, int]], dtype, rows: dict[str, int], re
 # ----------------------------------------------------------------------------------------------
 # --products: each linear shape alone, plain against onednn
 
-def products_table(cfg, dtypes: list[str], rows_list: list[int], prefill: int, repeats: int) -> list[dict]:
+def products_table(cfg, dtypes: list[str], rows_list: list[int], prefill: int, repeats: int,
+                   openblas: bool = False) -> list[dict]:
     """Milliseconds and GFLOP/s of each linear shape of the model per kernel, at each row count and at
-    the prefill (not lm_head: it sees one row per sequence, logits_to_keep=1), kernels in turn."""
+    the prefill (not lm_head: it sees one row per sequence, logits_to_keep=1), kernels in turn; with
+    `openblas`, numpy's OpenBLAS too, in float32 (OpenBLASLinear)."""
     out = []
     for dt in dtypes:
         dtype = getattr(torch, dt)
-        kernels = kernels_for(dtype)
+        kernels = kernels_for(dtype) + (["openblas"] if openblas and dt == "float32" else [])
         for name, n_in, n_out in layer_shapes(cfg):
             sets = {k: make_layers([(n_in, n_out)], dtype, k, min_bytes=RATE_BYTES // 2) for k in kernels}
             for n in rows_list + ([] if name == "lm_head" else [prefill]):
@@ -310,6 +330,8 @@ def products_table(cfg, dtypes: list[str], rows_list: list[int], prefill: int, r
                 for k in kernels:
                     t = statistics.median(times[k])
                     row[k] = {"ms": round(t * 1e3, 3), "gflops": round(product_flops(n, n_in, n_out) / t / 1e9, 1)}
+                if "openblas" in row and "onednn" in row:
+                    row["openblas_over_onednn"] = round(row["onednn"]["ms"] / row["openblas"]["ms"], 2)
                 if "onednn" in row:
                     row["onednn_speedup"] = round(row["plain"]["ms"] / row["onednn"]["ms"], 2)
                 else:
@@ -391,6 +413,8 @@ def main():
     p.add_argument("--steps", action="store_true", help="only whole-model steps, plain against onednn (the model "
                    "loaded twice)")
     p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], help="--products: precisions")
+    p.add_argument("--openblas", action="store_true", help="--products: numpy's OpenBLAS as a third kernel "
+                   "(float32; measured, not offered)")
     p.add_argument("--repeats", type=int, default=3, help="timed passes per rate (medians)")
     a, rest = p.parse_known_args()
     rest = [x for x in rest if x != "--"]
@@ -400,7 +424,7 @@ def main():
     from transformers import AutoConfig
     cfg = AutoConfig.from_pretrained(common.model_path(a.model))
     if a.products:
-        table = products_table(cfg, a.dtypes, [1, 2, a.rows], a.prefill, a.repeats)
+        table = products_table(cfg, a.dtypes, [1, 2, a.rows], a.prefill, a.repeats, a.openblas)
         print(json.dumps({"cpu": cpu, "model": a.model, "products": table}))
         return
     if a.steps:
