@@ -689,25 +689,27 @@ def bootstrap_interval(scores, wrong, resamples=1000, level=0.95, seed=0):
     return _percentile_interval(aurocs(groups), level)
 
 
-def main_metric(row):
-    """(name, value) of the score a row is compared by: F1 for short answers, accuracy for StrategyQA,
+def main_metric(row, metric=None):
+    """(name, value) of the score a row is compared by: `metric` where given (a paper's own, such as
+    CtrlA's accuracy on short-form QA), else F1 for short answers, accuracy for StrategyQA,
     closer_to_correct for TruthfulQA."""
     scores = score_record(row)
-    name = next(k for k in ("f1", "acc", "closer_to_correct") if k in scores)
+    name = metric or next(k for k in ("f1", "acc", "closer_to_correct") if k in scores)
     return name, scores[name]
 
 
-def paired_difference(rows, baseline, resamples=1000, level=0.95, seed=0):
+def paired_difference(rows, baseline, resamples=1000, level=0.95, seed=0, metric=None):
     """A run against its baseline on the questions both answered (matched by id; failed rows left out):
-    the mean of the per-question difference of main_metric, with the percentile bootstrap interval of
-    that mean (questions resampled together, so the pairing is kept). None when no question is shared."""
+    the mean of the per-question difference of main_metric (by `metric` where given), with the percentile
+    bootstrap interval of that mean (questions resampled together, so the pairing is kept). None when no
+    question is shared."""
     ok = lambda r: "error" not in r and "id" in r
     base = {str(r["id"]): r for r in baseline if ok(r)}
     pairs = [(r, base[str(r["id"])]) for r in rows if ok(r) and str(r["id"]) in base]
     if not pairs:
         return None
-    name = main_metric(pairs[0][0])[0]
-    diffs = [main_metric(a)[1] - main_metric(b)[1] for a, b in pairs]
+    name = main_metric(pairs[0][0], metric)[0]
+    diffs = [main_metric(a, name)[1] - main_metric(b, name)[1] for a, b in pairs]
     mean = lambda pick: sum(diffs[i] for i in pick) / len(pick)
     lo, hi = percentile_bootstrap(len(diffs), mean, resamples, level, seed)
     return {"metric": name, "n": len(diffs), "difference": round(mean(range(len(diffs))), 6),

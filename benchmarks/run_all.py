@@ -258,6 +258,9 @@ def table_rows(a, reread: dict | None = None, course: dict | None = None,
 BASELINES_OF = {"SeaKR": ("cot", "seakr-no-sa-retrieval"), "CtrlA": ("ctrla-never", "ctrla-always"),
                 "Rowen": ("rowen-never", HYBRID)}
 RETRIEVE_ALWAYS = {"ircot", "seakr-no-sa-retrieval", "ctrla-always", HYBRID}
+# a pair is compared by its paper's metric where that is not eval.main_metric's: CtrlA reports accuracy on
+# short-form QA (its 4, "For short-form QA, we report the accuracy"), where main_metric takes F1
+PAPER_METRIC = {("CtrlA", "popqa"): "acc", ("CtrlA", "triviaqa"): "acc"}
 
 
 def paired_rows(rows) -> list[tuple[str, str, dict]]:
@@ -269,8 +272,10 @@ def paired_rows(rows) -> list[tuple[str, str, dict]]:
         if name in SIGNAL_RUNS or name in LEGACY:
             continue
         never, always = BASELINES_OF.get(method, (None, None))
+        metric = PAPER_METRIC.get((method, next((r.get("dataset") for r in run_rows if r.get("dataset")), None)))
         for base in (never, None if name in RETRIEVE_ALWAYS or name == never else always):
-            if base in by_name and name != base and (found := metrics.paired_difference(run_rows, by_name[base][1])):
+            if base in by_name and name != base and (
+                    found := metrics.paired_difference(run_rows, by_name[base][1], metric=metric)):
                 out.append((label, by_name[base][0], found))
     return out
 
@@ -279,7 +284,8 @@ def paired_text(pairs) -> str:
     """The paired differences in markdown."""
     lines = ["Each run against its method's run that never retrieves and, if it decides when to retrieve, "
              "its run that always does, on the questions both answered: the mean "
-             "per-question difference in F1 (StrategyQA: accuracy; TruthfulQA: closer to a correct answer), "
+             "per-question difference in F1 (StrategyQA, and CtrlA on PopQA and TriviaQA: accuracy; TruthfulQA: "
+             "closer to a correct answer), "
              "in points, with a 95% percentile bootstrap interval (questions resampled, 1000 draws; "
              "`eval.paired_difference`). An interval that holds 0 is no verdict.", "",
              "| run | against | n | metric | difference | 95% interval |", "|---|---|---:|---|---:|---:|"]

@@ -511,3 +511,15 @@ def test_second_pin_plan_sets_aside_only_the_first_pins_ctrla_files(tmp_path):
     assert sorted(p.name for p in d.iterdir()) == ["ctrla-never.jsonl", "ctrla-never.settings.json"]
     assert sorted(p.name for p in (tmp_path / "results" / "d-062262b").iterdir()) == [
         "ctrla.forced.jsonl", "ctrla.jsonl", "ctrla.settings.json"]
+
+
+@pytest.mark.parametrize("dataset, metric, difference", [("popqa", "acc", 1.0), ("triviaqa", "acc", 1.0),
+                                                          ("hotpotqa", "f1", 0.4)])
+def test_ctrla_pairs_compare_by_accuracy_on_short_form_qa(tmp_path, dataset, metric, difference):
+    # CtrlA reports accuracy on PopQA and TriviaQA (its 4): "capital is paris city" holds the gold answer
+    # (acc 1) at F1 2 * (1/4 * 1) / (1/4 + 1) = 0.4; "Lyon" neither
+    write(tmp_path / "ctrla.jsonl", [{**qa("1", "The capital is Paris, a city", 1), "dataset": dataset}])
+    write(tmp_path / "ctrla-never.jsonl", [{**qa("1", "Lyon", 0), "dataset": dataset}])
+    rows = run_all.table_rows(argparse.Namespace(out=tmp_path, runs=["all"], deltas=[], taus=[], zs=[]))
+    (label, base, d), = run_all.paired_rows(rows)
+    assert (d["metric"], d["n"]) == (metric, 1) and d["difference"] == pytest.approx(difference)
