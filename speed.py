@@ -90,13 +90,16 @@ def draw(logits: torch.Tensor, temperature: float, top_k: int, top_p: float,
         values, ids = logits.topk(top_k, dim=-1)              # sorted, highest first
         probs = (values / temperature).softmax(-1)
         if top_p < 1.0:
-            probs = probs.masked_fill(probs.cumsum(-1) - probs >= top_p, 0.0)   # multinomial renormalises
+            drop = probs.cumsum(-1) - probs >= top_p
+            drop[..., 0] = False                                              # even at top_p <= 0
+            probs = probs.masked_fill(drop, 0.0)                              # multinomial renormalises
         choice = torch.multinomial(probs.cpu(), 1, generator=generator).to(ids.device)
         return ids.gather(-1, choice).squeeze(-1)
     probs = (logits / temperature).softmax(-1)
     if top_p < 1.0:
         ranked, order = probs.sort(dim=-1, descending=True)
         drop = ranked.cumsum(-1) - ranked >= top_p
+        drop[..., 0] = False
         probs = probs.masked_fill(drop.scatter(-1, order, drop), 0.0)
     return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(logits.device)
 
@@ -267,7 +270,7 @@ class _SharedPromptLayer(_BufferedLayer):
 
     def batch_select_indices(self, indices):
         super().batch_select_indices(indices)
-        self.group = self.group[indices]
+        self.group = self.group[torch.as_tensor(indices, device=self.group.device)]   # a layer on another GPU
         self._views()
 
     def get_seq_length(self) -> int:
@@ -423,12 +426,14 @@ def _keep_rows(model, past, mask, rows: list[tuple[int, list[int]]]) -> None:
             return
         used += per_token * len(ids)
         real = mask[j].nonzero().squeeze(1)[:len(ids)]
+        where = {}                  # real's copy on each layer's device (device_map over several GPUs)
         row = copy.copy(past)
         row.layers = []
         for layer in past.layers:
             one = DynamicLayer()
             one.lazy_initialization(layer.keys, layer.values)
-            one.keys, one.values = layer.keys[j:j + 1, :, real], layer.values[j:j + 1, :, real]  # copies
+            at = where.setdefault(layer.keys.device, real.to(layer.keys.device))
+            one.keys, one.values = layer.keys[j:j + 1, :, at], layer.values[j:j + 1, :, at]  # copies
             row.layers.append(one)
         store.append((ids, row))
 
@@ -610,9 +615,9 @@ def use_grouped_attention(model) -> None:
 # (common.run sets CALL_CACHE). The key (call_key) is everything a call's rows depend on: the model (its
 # config, its modules as printed, a sample of every weight: _model_fingerprint), the tokenizer,
 # precision, kernel path, attention function, device kind and CPU threads, the decoding path (--plain
-# or the fast path's switches), the code (common.py, speed.py, torch and transformers versions), the steering
-# vectors in force on its modules, and the call's own arguments (prompt token ids, k, seeds, sampling
-# settings, max tokens, stop strings, which module's hidden state).
+# or the fast path's switches), the code (common.py, speed.py, models.py, torch and transformers
+# versions), the steering vectors in force on its modules, and the call's own arguments (prompt token
+# ids, k, seeds, sampling settings, max tokens, stop strings, which module's hidden state).
 #
 # subtle: a hit returns exactly what the earlier call returned. The fast path's own result for the
 # same inputs can differ in the last float bits with what its prefix cache held (a prompt prefilled
@@ -693,6 +698,7 @@ def call_key(model, tok, call: str, ids: list[list[int]], settings: dict) -> str
                       else f"{dev.type}, {cpu_name()}, {torch.get_num_threads()} threads"),
            "path": "reference" if PLAIN else {"batch": BATCH, "reuse_prefix": REUSE_PREFIX, "share_prompt": SHARE_PROMPT},
            "code": {"common.py": file_id(Path(__file__).with_name("common.py")), "speed.py": file_id(__file__),
+                    "models.py": file_id(Path(__file__).with_name("models.py")),
                     "torch": torch.__version__,
                     "transformers": transformers.__version__},
            "eos": sorted(eos_ids(model, tok)), "steering": steering, "prompts": ids, **settings}
@@ -709,9 +715,10 @@ def _fingerprint(obj, compute) -> str:
 
 def _model_fingerprint(model) -> str:
     """sha256 of the config, the modules as printed (classes, shapes, int8 layers) and, for every tensor
-    of the state dict, its name, dtype, shape and 4,096 evenly spaced values (exact bytes; all of a
-    smaller tensor). Milliseconds, not a pass over every weight: any other checkpoint or fine-tune
-    changes them, an edit of a few single weights might not. Computed at the model's first cached call."""
+    of the state dict and every buffer, its name, dtype, shape and 4,096 evenly spaced values (exact bytes;
+    all of a smaller tensor; a oneDNN weight read densely, one at a time). Milliseconds, not a pass over
+    every weight: any other checkpoint or fine-tune changes them, an edit of a few single weights might
+    not. Computed at the model's first cached call."""
     config = {k: v for k, v in model.config.to_dict().items() if k != "_name_or_path"}
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode() + repr(model).encode())
 
@@ -723,13 +730,17 @@ def _model_fingerprint(model) -> str:
         if not torch.is_tensor(value):
             digest.update(f"{name}={value!r};".encode())
             return
-        t = value.dequantize() if value.is_quantized else value
+        t = value.dequantize() if value.is_quantized else value.to_dense() if value.is_mkldnn else value
         digest.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
         if t.numel() and not t.is_meta:
             flat = t.detach().reshape(-1)
             digest.update(flat[evenly_spaced(flat.numel(), 4096).to(flat.device)].cpu().float().numpy().tobytes())
     with torch.no_grad():
-        for name, value in model.state_dict().items():
+        tensors = model.state_dict()
+        # subtle: models.OneDNNLinear's reordered weight, the layer's only copy, is a buffer kept out of the
+        # state dict (persistent=False): without this its weights were not in the key
+        tensors.update((name, b) for name, b in model.named_buffers() if name not in tensors)
+        for name, value in tensors.items():
             add(name, value)
     return digest.hexdigest()
 

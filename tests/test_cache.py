@@ -4,11 +4,13 @@ import argparse
 import copy
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 
 import common
+import models
 import speed
 import ctrla
 import seakr
@@ -78,6 +80,11 @@ def test_every_input_is_in_the_key(tiny, cache, monkeypatch):
         other_weights.model.layers[2].mlp.down_proj.weight.mul_(1.01)
     kernel = copy.deepcopy(model)
     kernel.kernel = "onednn"                                           # speed.KERNEL_ATTR
+    # oneDNN's reordered weight is a layer's only copy and no part of the state dict: a fine-tune that
+    # differs in one linear layer must still miss
+    onednn, onednn_other = copy.deepcopy(model), copy.deepcopy(other_weights)
+    models.use_onednn_linear(onednn)
+    models.use_onednn_linear(onednn_other)
     eager = copy.deepcopy(model)
     eager.set_attn_implementation("eager")
     more_eos = copy.deepcopy(model)
@@ -89,6 +96,7 @@ def test_every_input_is_in_the_key(tiny, cache, monkeypatch):
         "hidden module": key(hidden_module=2), "no hidden state": key(hidden_module=None),
         "greedy call": key(call="greedy"), "another model": key(m=make_model(len(tok), seed=1)),
         "its weights": key(m=other_weights), "kernel": key(m=kernel), "attention": key(m=eager),
+        "oneDNN": key(m=onednn), "its weights on oneDNN": key(m=onednn_other),
         "precision": key(m=copy.deepcopy(model).to(torch.bfloat16)),
         "tokenizer": key(t=_other_tokenizer()), "eos ids": key(m=more_eos),
     }
@@ -97,12 +105,15 @@ def test_every_input_is_in_the_key(tiny, cache, monkeypatch):
         variants["--plain"] = key()
     finally:
         speed.PLAIN = False
-    # the fast path's switches, the entry format, the code (common.py's id, torch's and transformers'
+    real_file_id = speed.file_id
+    # the fast path's switches, the entry format, the code (common.py's id, models.py's, torch's and transformers'
     # versions) and the machine (CPU name, thread count): each set one at a time, then restored
     for name, owner, attr, value in [
             ("no batching", speed, "BATCH", False), ("no prefix reuse", speed, "REUSE_PREFIX", False),
             ("no shared prompt", speed, "SHARE_PROMPT", False), ("entry format", speed, "_CACHE_FORMAT", 2),
             ("common.py", speed, "file_id", lambda path: "1 bytes, sha256 0123456789abcdef"),
+            ("models.py", speed, "file_id",
+             lambda path: "2 bytes, sha256 0123456789abcdef" if Path(path).name == "models.py" else real_file_id(path)),
             ("torch version", speed.torch, "__version__", "0.0.1"),
             ("transformers version", speed.transformers, "__version__", "0.0.1"),
             ("cpu name", speed, "cpu_name", lambda: "Other CPU (GenuineIntel, family 6, model 1)")]:

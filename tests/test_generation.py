@@ -138,6 +138,10 @@ def test_draw_top_k_top_p_and_temperature():
     # 0.265 (unscaled by the temperature: 0.625/0.375; cut on the mass including the token: [1, 0, 0, 0])
     f = _freq(logits4, temperature=0.5, top_k=3, top_p=0.7)
     assert torch.allclose(f, torch.tensor([0.735, 0.265, 0.0, 0.0]), atol=0.02) and f[2:].sum() == 0
+    # top_p 0 (or below): the mass before the first token, 0, is already >= top_p, yet the first token
+    # stays, on both paths (it dropped too, and the draw failed on all-zero probabilities)
+    assert _freq(logits, temperature=1.0, top_k=0, top_p=0.0).tolist() == [1.0, 0.0, 0.0]
+    assert _freq(logits4, temperature=1.0, top_k=3, top_p=0.0).tolist() == [1.0, 0.0, 0.0, 0.0]
 
 
 def test_hidden_state_is_read_at_substituted_eos(tiny):
