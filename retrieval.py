@@ -14,7 +14,8 @@ Presets (what each reproduces, read from the official code):
 - "ctrla" (CtrlA's es_service.py): an index with the default mapping (`standard` analyzer: standard
   tokenizer and lower case, no stop words in ES 7, no stemming), query `match` on `text` only.
 
-Scores follow Lucene 8's BM25Similarity (the engine inside Elasticsearch 7), float for float:
+Scores follow Lucene 8's BM25Similarity, float for float (Elasticsearch 7 reports them times k1 + 1,
+its LegacyBM25Similarity: the same ranking, 2.2 times our numbers in an ElasticRetriever's hits):
   idf = log(1 + (N - n + 0.5) / (n + 0.5))                       N, n: docs with the field / term
   score(t, d) = w - w / (1 + tf * 1 / (k1 * (1 - b + b * L(d) / avgdl)))   w = idf (boost 1)
 where L(d) is the field length after Lucene's lossy one-byte encoding (SmallFloat.intToByte4,
@@ -30,7 +31,7 @@ Where parity cannot be exact (measured against Lucene 8.8 by benchmarks/bench_re
   segmentation (dictionary based in Lucene) and characters beyond the BMP are not modelled
   (rare in English Wikipedia).
 - the Porter stemmer is PyStemmer's 'porter' (Snowball's implementation of Porter's original
-  algorithm) with the three departures of Porter's C version that Lucene's PorterStemmer ports
+  algorithm) with the four departures of Porter's C version that Lucene's PorterStemmer ports
   (see porter_stem); this is exact on the DPR sample's vocabulary, not proven in general.
 
 Backends:
@@ -129,11 +130,14 @@ def _char_class(categories, limit=0x10000):
 
 # UAX #29 WB4: combining marks (Mn, Mc, Me) and format characters (Cf) stay inside the word they follow.
 _EXTEND = _char_class({"Mn", "Mc", "Me", "Cf"})
-_W = rf"(?:[^\W{_IDEO}{_NO}]|[{_EXTEND}])"                     # word char (letter, digit, _)
+_W0 = rf"[^\W{_IDEO}{_NO}]"                                     # a word's first char (letter, digit, _)
+_W = rf"(?:{_W0}|[{_EXTEND}])"                                  # word char
 _L = rf"[^\W\d_{_IDEO}{_NO}]"                                   # a letter
+# subtle: a word starts with a letter, digit or _, never with a mark or format character, which WB4 joins
+# to whatever precedes it (a space, so no token: "a \u200e b" is "a", "b")
 _TOKEN = re.compile(
     rf"[{_IDEO}]"
-    rf"|{_W}+(?:(?:(?<={_L})[.:'\u2018\u2019](?={_L})|(?<=\d)[.,;'\u2018\u2019](?=\d)){_W}+)*")
+    rf"|{_W0}{_W}*(?:(?:(?<={_L})[.:'\u2018\u2019](?={_L})|(?<=\d)[.,;'\u2018\u2019](?=\d)){_W}+)*")
 MAX_TOKEN_LENGTH = 255   # StandardTokenizer splits longer tokens [Lucene default]
 _SHORT = 2               # Lucene's PorterStemmer leaves words of up to 2 letters alone
 
@@ -174,22 +178,33 @@ def porter_stem(words):
     which Snowball leaves out:
     - words of 1-2 characters are not stemmed ("is", "us", "as" stay);
     - step 2 maps -bli to -ble (the paper: -abli to -able) and -logi to -log, where m > 0 before the
-      suffix ("possibly" -> "possibl", "technology" -> "technolog").
-    Steps 3-5 do not touch -log, and the -ble case is finished by stemming the -ble word again
-    (step 1 leaves a word in -ble alone, so that runs exactly steps 2-5 on it)."""
+      suffix ("possibly" -> "possibl", "technology" -> "technolog"); steps 3-5 do not touch -log, and
+      the -ble case is finished by stemming the -ble word again (step 1 leaves a word in -ble alone, so
+      that runs exactly steps 2-5 on it). subtle: a word in -ie reaches step 2 with its e, which step 5
+      removes afterwards, so "psychologie" stays "psychologi";
+    - step 1b undoubles any final double consonant but l, s and z once -ed or -ing is gone
+      ("trekking", "revving", "maxxed" -> "trek", "rev", "max"), Snowball only bb dd ff gg mm nn pp rr
+      tt; what is left is stemmed again, where only steps 2-5 can act (it ends in c, h, j, k, q, v, w
+      or x)."""
     global _stemmer
     if _stemmer is None:
         import Stemmer  # PyStemmer
         _stemmer = Stemmer.Stemmer("porter")
-    return [w if len(w) <= _SHORT else (s if s[-1:] != "i" else _c_departures(s))
-            for w, s in zip(words, _stemmer.stemWords(words))]
+    return [w if len(w) <= _SHORT else _c_departures(w, s) for w, s in zip(words, _stemmer.stemWords(words))]
 
 
-def _c_departures(s):
-    if s.endswith("logi") and porter_measure(s[:-4]) > 0:
-        return s[:-1]
-    if s.endswith("bli") and not s.endswith("abli") and porter_measure(s[:-3]) > 0:
-        return _stemmer.stemWord(s[:-1] + "e")
+_UNDOUBLED = set("aeiouylsz") | set("bdfgmnprt")  # Lucene keeps l s z doubled, Snowball undoubles the rest
+
+
+def _c_departures(w, s):
+    if s[-1:] == "i" and not w.endswith("ie"):
+        if s.endswith("logi") and porter_measure(s[:-4]) > 0:
+            return s[:-1]
+        if s.endswith("bli") and not s.endswith("abli") and porter_measure(s[:-3]) > 0:
+            return _stemmer.stemWord(s[:-1] + "e")
+    if (len(s) > 1 and s[-1] == s[-2] and s[-1] not in _UNDOUBLED
+            and any(w == s + end for end in ("ed", "ing", "eds", "ings"))):   # step 1a took the -s
+        return _stemmer.stemWord(s[:-1])
     return s
 
 
@@ -448,6 +463,9 @@ def _read_jsonl_corpus(f, path):
         except (KeyError, AttributeError) as e:
             raise InputError(f"{path}:{lineno}: passage lacks field {e} used by the first line; "
                              "fix or remove that line") from None
+        if not isinstance(title, str) or not isinstance(text, str):
+            raise InputError(f"{path}:{lineno}: a passage's title and text must be strings (title "
+                             f"{type(title).__name__}, text {type(text).__name__}); fix or remove that line")
         yield {"id": str(row.get("id", n)), "title": title, "text": text}
         n += 1
 
@@ -679,15 +697,17 @@ class IndexBM25:
                     cache[int(doc["seq"][0])] = (p, self._exact(p, terms, dfs))
             # Threshold: tantivy's score is Lucene's x (k1 + 1) up to float rounding (same IDF,
             # same length table, same best_fields), so a passage it ranked below the m-th scores
-            # at most the m-th's score / (k1 + 1) in Lucene; once the k-th exact score reaches that,
-            # the top k is exact. (tantivy's avgdl counts passages without the field, Lucene's does
-            # not: the two differ only where a field is empty after analysis, e.g. a title of stop
-            # words.) subtle: the slack lets ties at the cut go to the candidates, which tantivy
-            # picks in document order, as Lucene does.
-            bound = float(hits[-1][0]) / (1 + self.k1) if len(hits) == m else 0.0
+            # at most the m-th's score / (k1 + 1) in Lucene; once the k-th exact score beats that
+            # beyond float rounding, the top k is exact. Beats, not reaches: Lucene breaks a tie by
+            # document number, and tantivy's document order stops being corpus order once its segments
+            # merge, so a passage left out that ties the k-th must be fetched too. (tantivy's avgdl counts
+            # passages without the field, Lucene's does not: the two differ only where a field is empty
+            # after analysis, e.g. a title of stop words.)
+            if len(hits) < m or m >= self.MAX_M:
+                break
+            bound = float(hits[-1][0]) / (1 + self.k1)
             finals = sorted((float(self._final(sc)) for _, sc in cache.values()), reverse=True)
-            kth = finals[k - 1] if len(finals) >= k else 0.0
-            if kth >= bound * (1 - 1e-5) or m >= self.MAX_M:
+            if len(finals) >= k and finals[k - 1] > bound * (1 + 1e-5):
                 break
             m *= 2
         ranked = sorted(cache.items(), key=lambda kv: (-float(self._final(kv[1][1])), kv[0]))
