@@ -677,7 +677,11 @@ def load_retriever(args, records: list[dict], preset: str = "seakr"):
 
 
 def question_seed(base: int, qid: str) -> int:
-    """A per-question seed, so a resumed run draws the same samples as an uninterrupted one."""
+    """A per-question seed, so a resumed run draws from the same random streams as an uninterrupted one.
+    subtle: the same draws, not always the same tokens: uninterrupted, a question's few-shot head comes
+    from the previous question's KV cache (speed.py's prefix reuse); resumed, it is prefilled whole, and
+    the two differ in the last float bits (about 1e-6 in float32), which can turn a near-tie (--plain
+    reuses nothing)."""
     import zlib
     return (base * 1_000_003 + zlib.crc32(str(qid).encode())) % (2**31)
 
