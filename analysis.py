@@ -280,12 +280,13 @@ def at_threshold(rows, mode, threshold):
     return out
 
 
-def modes_from_run(rows, model=None, verifier=None):
-    """Rowen-CL, -CM, -Hybrid at their default thresholds for the run's task and (M, M_V) and the never-retrieve
-    baseline (threshold 0: Z < 0 never holds), re-read from one `--mode hybrid --retrieve always` run
-    (at_threshold)."""
+def modes_from_run(rows, model=None, verifier=None, scoring=rowen.CALIBRATED_AT):
+    """Rowen-CL, -CM, -Hybrid at their default thresholds for the run's task, (M, M_V) and scoring (run_scoring)
+    and the never-retrieve baseline (threshold 0: Z < 0 never holds), re-read from one `--mode hybrid
+    --retrieve always` run (at_threshold)."""
     task = rows_task(rows)
-    out = {m: at_threshold(rows, m, rowen.default_threshold(m, model, verifier, task)) for m in ("cl", "cm", "hybrid")}
+    out = {m: at_threshold(rows, m, rowen.default_threshold(m, model, verifier, task, scoring=scoring))
+           for m in ("cl", "cm", "hybrid")}
     out["never"] = at_threshold(rows, "hybrid", 0.0)
     return out
 
@@ -299,7 +300,7 @@ def initial_is_right(row):
     return metrics.is_right(row, r0)
 
 
-def detection_quality(rows, model=None, verifier=None):
+def detection_quality(rows, model=None, verifier=None, scoring=rowen.CALIBRATED_AT):
     """Does a low Z go with a wrong initial answer? Per score (Z_CL, Z_CM, hybrid): the AUC of Z
     separating right from wrong r0 (the chance that a random right answer has the higher Z, i.e.
     auroc of -Z against wrong; ties count half; 0.5 = no signal), the default threshold for the run's task
@@ -313,7 +314,7 @@ def detection_quality(rows, model=None, verifier=None):
         good = [v for v, ok in zip(z, right) if ok]
         bad = [v for v, ok in zip(z, right) if not ok]
         auc = metrics.auroc([-v for v in z], [not ok for ok in right])
-        th = rowen.default_threshold(name, model, verifier, rows_task(rows))
+        th = rowen.default_threshold(name, model, verifier, rows_task(rows), scoring=scoring)
         out[name] = {"auc": round(auc, 3) if auc is not None else None, "threshold": th,
                      "retrieve_wrong": round(sum(v < th for v in bad) / len(bad), 3) if bad else None,
                      "retrieve_right": round(sum(v < th for v in good) / len(good), 3) if good else None}
@@ -346,6 +347,19 @@ def run_models(path) -> tuple[str | None, str | None]:
     return saved.get("--model"), saved.get("--verifier")
 
 
+def run_scoring(path) -> tuple:
+    """(alpha, k, target language) of a Rowen run as its settings (or, for a repair_again.py file, its source
+    run's) name them: which calibrated threshold applies (rowen.default_threshold); rowen.CALIBRATED_AT's
+    where they cannot be read."""
+    try:
+        saved = common.read_settings(Path(path).with_suffix(".settings.json"))
+    except common.InputError:
+        return rowen.CALIBRATED_AT
+    if saved.get("--alpha") is None and saved.get("--repair-again"):
+        return run_scoring(saved["--repair-again"])
+    return tuple(saved.get(f, d) for f, d in zip(("--alpha", "--k", "--target-language"), rowen.CALIBRATED_AT))
+
+
 def report(path, limit=None):
     """The text `python analysis.py modes FILE` prints: for a --retrieve always run the modes' table
     (modes_from_run), then detection_quality at the thresholds of the run's task and (M, M_V) (its settings file),
@@ -359,11 +373,11 @@ def report(path, limit=None):
     failed = sum("error" in r for r in rows)
     rows = [r for r in rows if "error" not in r]     # a failed question has no trace to read
     lines = [f"{failed} failed question{'s' if failed != 1 else ''} left out"] if failed else []
-    pair = run_models(path)
+    pair, scoring = run_models(path), run_scoring(path)
     if all(r["trace"].get("retrieved") for r in rows):
-        table = [(f"rowen-{m}", metrics.summarize(r)) for m, r in modes_from_run(rows, *pair).items()]
+        table = [(f"rowen-{m}", metrics.summarize(r)) for m, r in modes_from_run(rows, *pair, scoring).items()]
         lines.append(metrics.format_table(table, markdown=True))
-    q = detection_quality(rows, *pair)
+    q = detection_quality(rows, *pair, scoring)
     lines.append(f"detection on {q['n']} questions, {q['wrong']} initial answers wrong:")
     for name in ("cl", "cm", "hybrid"):
         lines.append(f"  Z_{name}: AUC {q[name]['auc']}; below threshold {q[name]['threshold']:g} it retrieves "

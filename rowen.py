@@ -61,6 +61,7 @@ RETRIEVE_MODES = ("adaptive", "never", "always")  # --retrieve: Rowen; the basel
 REPAIR_PROMPT = "official"   # Stage 3's prompt: "official" (the official templates) or "correct" (ours) [official]
 TOP_K = 2                    # passages per search query [official Serper parser keeps int(5/2) = 2]
 TARGET_LANGUAGE = "Chinese"  # [paper 4.3: English -> Chinese; Table 7 also German and French]
+CALIBRATED_AT = (ALPHA, K, TARGET_LANGUAGE)  # (alpha, k, language) every CALIBRATED value was read at [ours]
 MODEL = "qwen2.5-coder-0.5b"  # M: a Qwen chat model, for Chinese [paper 5.3]; the smaller one (~45 calls a question)
 VERIFIER = "smollm2-135m"    # M_V: a chat model of another family than M [paper 4.3: qwen-max-0428; 5.3: Llama-3-8B]
 SYSTEM = "You are a helpful assistant."    # [official construct_input_message]
@@ -288,7 +289,7 @@ def hybrid_score(z_cl: float, z_cm: float, alpha: float = ALPHA) -> float:
 
 
 def default_threshold(mode: str, model: str | None = None, verifier: str | None = None, task: str | None = None,
-                      say: bool = False) -> float:
+                      say: bool = False, scoring: tuple = CALIBRATED_AT) -> float:
     """Paper 3.3's threshold: 0.6 for CL and 0.8 for CM, the paper's best (5.4, Fig. 4(a)). The paper gives
     no number for the hybrid score Z_CL + alpha Z_CM in [0, 1 + alpha]; we use the official default 0.5
     (`--threshold 0.5`, used in every mode there). With alpha = 1 it retrieves only when fewer than n/2 of
@@ -301,7 +302,10 @@ def default_threshold(mode: str, model: str | None = None, verifier: str | None 
     paper's Rowen-Hybrid did on that task, analysis.threshold_for_rate; no answer read) gets its own hybrid threshold;
     CL and CM keep the paper's. Never another task's: Z differ by task (TruthfulQA's 1.25 retrieves on 40%
     of StrategyQA's first 50, their own 0.92 on 14%, the paper 20%); a task without a value (or task None)
-    gets the official 0.5. With `say`, one stderr line names the hybrid threshold chosen and why.
+    gets the official 0.5, and so does a run whose `scoring` (alpha, k, target language) is not the one the
+    value was read at (CALIBRATED_AT): Z_CL + alpha Z_CM tops out at 1 + alpha, so 1.25 read at alpha 1
+    would retrieve nearly always at alpha 0.25. With `say`, one stderr line names the hybrid threshold
+    chosen and why.
 
     Not calibrated for today's defaults (MODEL Qwen2.5-Coder-0.5B-Instruct as M and judge, VERIFIER
     SmolLM2-135M-Instruct): no run in results/ uses them. The one measurement (commit 3aba347, before
@@ -313,13 +317,18 @@ def default_threshold(mode: str, model: str | None = None, verifier: str | None 
     PAPER_RATES (paper Table 5), or another rate you pick with analysis.threshold_for_rate. This function
     alone decides the threshold a run uses when --threshold is not given (main, and Settings with threshold None)."""
     value = CALIBRATED.get((task, model, verifier)) if mode == "hybrid" else None
+    pair = f"on {task} for M {model} with M_V {verifier}"
+    why = "none is calibrated " + pair
+    if value is not None and tuple(scoring) != CALIBRATED_AT:
+        why = (f"rowen.CALIBRATED's {value:g} {pair} was read at (alpha, k, language) {CALIBRATED_AT}, this "
+               f"run's are {tuple(scoring)}; pass --threshold")
+        value = None
     if say and mode == "hybrid":
-        pair = f"on {task} for M {model} with M_V {verifier}"
         other = sorted(t for t, m, v in CALIBRATED if (m, v) == (model, verifier) and t != task)
         if value is not None:
             line = f"hybrid threshold {value:g}: calibrated {pair} (rowen.CALIBRATED, in-sample; the official default is 0.5)"
         else:
-            line = f"note: hybrid threshold {THRESHOLDS[mode]:g}, the official default: none is calibrated {pair}"
+            line = f"note: hybrid threshold {THRESHOLDS[mode]:g}, the official default: {why}"
             line += f" (rowen.CALIBRATED has {', '.join(other)}: another task's value is never used)" if other else ""
         print(line, file=sys.stderr)
     return THRESHOLDS[mode] if value is None else value
@@ -631,7 +640,8 @@ def main(argv=None):
     records = common.check_inputs(args, run_name(args), __file__)   # bad input fails here, before a model loads
     tasks = {task_of(r) for r in records}       # the threshold is calibrated per task: the questions' own
     threshold = args.threshold if args.threshold is not None else default_threshold(
-        args.mode, args.model, args.verifier, tasks.pop() if len(tasks) == 1 else None, say=True)
+        args.mode, args.model, args.verifier, tasks.pop() if len(tasks) == 1 else None, say=True,
+        scoring=(args.alpha, args.k, args.target_language))
     s = Settings(mode=args.mode, threshold=threshold, alpha=args.alpha, k=args.k,
                  target_language=args.target_language, seed=args.seed, repair_prompt=args.repair_prompt,
                  retrieve=args.retrieve)

@@ -236,14 +236,15 @@ def table_rows(a, reread: dict | None = None, course: dict | None = None,
         if name != HYBRID:
             out.append((name, method, label, rows))
             continue
-        pair = analysis.run_models(a.out / f"{name}.jsonl")  # the (M, M_V) whose default thresholds apply
+        pair = analysis.run_models(a.out / f"{name}.jsonl")  # the (M, M_V) whose default thresholds apply,
+        scoring = analysis.run_scoring(a.out / f"{name}.jsonl")  # at the run's alpha, k and language,
         task = analysis.rows_task(rows)                       # and the task: each has its own
-        modes = analysis.modes_from_run(rows, *pair)
+        modes = analysis.modes_from_run(rows, *pair, scoring)
+        default = {m: rowen.default_threshold(m, *pair, task, scoring=scoring) for m in ("hybrid", "cl", "cm")}
         out += [(f"rowen-{m}", method, f"Rowen-{m.upper() if m != 'hybrid' else 'Hybrid'} (threshold "
-                 f"{rowen.default_threshold(m, *pair, task):g})", modes[m]) for m in ("hybrid", "cl", "cm")]
+                 f"{default[m]:g})", modes[m]) for m in ("hybrid", "cl", "cm")]
         zs = list(a.zs)
-        if (cal := analysis.rate_calibration(rows)) is not None and cal["threshold"] not in zs + [
-                rowen.default_threshold("hybrid", *pair, task)]:
+        if (cal := analysis.rate_calibration(rows)) is not None and cal["threshold"] not in zs + [default["hybrid"]]:
             zs.append(cal["threshold"])     # this run's own Z at the paper's rate (no answer read)
         out += [(f"rowen-hybrid-t{t:g}", method, f"Rowen-Hybrid, threshold {t:g}"
                  + (" (the paper's retrieval rate on these Z)" if cal and t == cal["threshold"] else ""),

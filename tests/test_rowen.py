@@ -906,6 +906,14 @@ def test_calibrated_pair_gets_its_threshold_and_the_paper_rate_is_read_from_z(tm
     assert rowen.default_threshold("hybrid", *pair, "truthfulqa") == rowen.CALIBRATED[("truthfulqa", *pair)] == 1.25
     assert rowen.default_threshold("cl", *pair, "truthfulqa") == 0.6 and rowen.default_threshold("cm", *pair) == 0.8
     assert rowen.default_threshold("hybrid", "qwen2.5-coder-0.5b", "smollm2-135m", "truthfulqa") == 0.5  # not calibrated
+    # read at alpha 1, k 6, Chinese: with another alpha (Z tops out at 1 + alpha: 1.25 at 0.25 would retrieve
+    # unless every check agrees), k or language, the official 0.5, said in one line
+    assert rowen.CALIBRATED_AT == (1.0, 6, "Chinese")
+    assert rowen.default_threshold("hybrid", *pair, "truthfulqa", scoring=(1.0, 6, "Chinese")) == 1.25
+    for scoring in ((0.25, 6, "Chinese"), (1.0, 4, "Chinese"), (1.0, 6, "German")):
+        assert rowen.default_threshold("hybrid", *pair, "truthfulqa", scoring=scoring) == 0.5
+    rowen.default_threshold("hybrid", *pair, "truthfulqa", say=True, scoring=(0.25, 6, "Chinese"))
+    assert "hybrid threshold 0.5, the official default: rowen.CALIBRATED's 1.25 on truthfulqa" in capsys.readouterr().err
     assert rowen.PAPER_RATES == {"truthfulqa": 0.23, "strategyqa": 0.20}                     # Table 5, Ratio
 
     def row(qid, z_cl, z_cm, task="truthfulqa"):
@@ -937,6 +945,7 @@ def test_a_run_takes_its_own_tasks_calibrated_threshold_or_the_official_one(tmp_
     # only, the official 0.5 with a note (the old lookup by (M, M_V) alone gave it TruthfulQA's value)
     monkeypatch.setattr(common, "load_model", lambda *a, **k: tiny_real)
     monkeypatch.setitem(rowen.CALIBRATED, (calibrated_on, rowen.MODEL, rowen.VERIFIER), 0.9)
+    monkeypatch.setattr(rowen, "CALIBRATED_AT", (rowen.ALPHA, 1, rowen.TARGET_LANGUAGE))   # as if read at --k 1
     out = tmp_path / "run.jsonl"
     rowen.main(["--dataset", "strategyqa", "--limit", "1", "--k", "1", "--output", str(out)])
     err, pair = capsys.readouterr().err, f"on strategyqa for M {rowen.MODEL} with M_V {rowen.VERIFIER}"
