@@ -597,7 +597,7 @@ def _nothing_to_do(args, method: str, code_file: str, records: list[dict]) -> No
     try:
         done = {row["id"] for row in metrics.read_rows(out)}
         old = json.loads(saved.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, KeyError):
         return              # run() reports a damaged file, with the fix
     if not done:
         return
@@ -707,7 +707,7 @@ def run_settings(args, code_file: str | None) -> dict:
     flags = {"--" + k.replace("_", "-"): v for k, v in sorted(vars(args).items()) if k not in NOT_SETTINGS}
     device = resolve_device(getattr(args, "device", "auto"))
     dtype = resolve_dtype(getattr(args, "dtype", "auto"), device)[0]
-    flags["precision"] = f"{dtype} on {device}"
+    flags["precision"] = f"{dtype} on {device.split(':')[0]}"   # torchrun's cuda:RANK is each rank's own GPU
     flags["linear layers"] = resolve_linear(linear_of(args), device, dtype)[0]
     data = args.data or (DATA_DIR / DATASETS[args.dataset] if args.dataset in DATASETS else args.dataset)
     corpus = getattr(args, "corpus", None)
@@ -791,9 +791,10 @@ def _finish_last_line(out: Path) -> None:
     cut = data.rfind(b"\n") + 1
     try:
         json.loads(data[cut:])
-        out.write_bytes(data + b"\n")
+        with open(out, "ab") as f:      # in place: an interruption here loses no finished row
+            f.write(b"\n")
     except ValueError:
-        out.write_bytes(data[:cut])
+        os.truncate(out, cut)
 
 
 _BAR: list = []     # the progress bar of the run in progress, for progress()
@@ -851,6 +852,9 @@ def answer_all(args, method: str, solve, records: list[dict], out: Path, code: s
             done = {row["id"]: row for row in metrics.read_rows(out)}
         except ValueError as e:
             raise InputError(str(e)) from None
+        except KeyError:
+            raise InputError(f"{out}: a row without an \"id\", not a run file of this project; pass another "
+                             "--output, or --overwrite to start it afresh") from None
     if done:
         _resume_check(out, len(done), settings)
     try:
@@ -986,6 +990,6 @@ def main_guard(main) -> None:
     except NothingToDo as e:
         print(str(e), file=sys.stderr)
     except KeyboardInterrupt as e:
-        print(f"interrupted: {e or 'finished questions are saved; run the same command again to resume'}",
+        print(f"interrupted: {str(e) or 'finished questions are saved; run the same command again to resume'}",
               file=sys.stderr)
         sys.exit(130)

@@ -467,3 +467,30 @@ def test_a_rows_cpu_seconds_leave_out_what_a_pause_adds_to_its_seconds(tmp_path)
     common.run(make_args(tmp_path, limit=1), "fake", lambda rec: time.sleep(0.5) or {"prediction": ""})
     row = json.loads(Path(tmp_path / "out.jsonl").read_text())
     assert row["seconds"] >= 0.5 and row["cpu_seconds"] < 0.25
+
+
+def test_a_row_without_an_id_and_a_bare_ctrl_c_are_one_line(tmp_path, capsys):
+    args = make_args(tmp_path, limit=1)
+    Path(args.output).write_text('{"x": 1}\n')                 # a JSON object, but no run file's row
+    Path(args.output).with_suffix(".settings.json").write_text("{}")
+    with pytest.raises(common.InputError, match=r"out.jsonl: a row without an \"id\", not a run file of this project"):
+        common.run(args, "fake", answer)
+
+    def interrupted():                                         # Ctrl-C outside the questions (loading a model)
+        raise KeyboardInterrupt
+    with pytest.raises(SystemExit) as stop:
+        common.main_guard(interrupted)
+    assert stop.value.code == 130 and capsys.readouterr().err == (
+        "interrupted: finished questions are saved; run the same command again to resume\n")   # it printed nothing
+
+
+def test_torchrun_ranks_record_one_device_kind(tmp_path, monkeypatch):
+    # each rank computes on its own GPU (cuda:RANK): rank 1 was refused the file rank 0 began, and a
+    # single process the file a torchrun made
+    monkeypatch.setattr(common, "resolve_dtype", lambda dtype, device: ("bfloat16", "given"))
+    monkeypatch.setattr(common, "resolve_linear", lambda linear, device, dtype: ("plain", "given"))
+    got = set()
+    for device in ("cuda", "cuda:0", "cuda:1"):
+        monkeypatch.setattr(common, "resolve_device", lambda d, device=device: device)
+        got.add(common.run_settings(make_args(tmp_path), None)["precision"])
+    assert got == {"bfloat16 on cuda"}
