@@ -586,10 +586,9 @@ class NothingToDo(Exception):
 
 
 def _nothing_to_do(args, method: str, code_file: str, records: list[dict]) -> None:
-    """Before any model loads: NothingToDo when every question is already in the output file, and the
-    settings refusal of _resume_check when the file was made with other settings. Settings the method
-    resolves only once its model is loaded (a threshold left to the model's default: None here) are
-    checked by run() as before."""
+    """Before any model loads: NothingToDo when every question is already in the output file, the settings
+    refusal when it was made with others. A flag left to the method's default (None here: resolved once the
+    model loads) passes where the file's was a default too (DEFAULTED), and run() compares the values."""
     out = Path(args.output) if args.output else default_output(method, args)
     saved = out.with_suffix(".settings.json")
     if getattr(args, "overwrite", False) or not out.exists() or not saved.exists():
@@ -601,7 +600,12 @@ def _nothing_to_do(args, method: str, code_file: str, records: list[dict]) -> No
         return              # run() reports a damaged file, with the fix
     if not done:
         return
-    now = {k: v for k, v in run_settings(args, code_file).items() if v is not None}
+    every, left = run_settings(args, code_file), old.get(DEFAULTED)     # left: None in a file from before it
+    now = {k: v for k, v in every.items() if v is not None}
+    if left is not None and (given := [k for k, v in every.items() if v is None and old.get(k) is not None
+                                       and k not in left]):
+        raise InputError(f"{out} was made with {given[0]} = {old[given[0]]}, this run leaves it to the method's "
+                         f"default; pass {given[0]} {old[given[0]]}, another --output, or --overwrite to start afresh")
     _resume_check(out, len(done), {**{k: v for k, v in old.items() if k not in now}, **now})
     skip = getattr(args, "skip", 0) or 0
     if not [r for r in records[skip:] if r["id"] not in done]:
@@ -623,6 +627,8 @@ def check_inputs(args, method: str | None = None, code_file: str | None = None) 
                          "for all of them")
     records = load_questions(args)
     check_skip(args, records)
+    if getattr(args, "unset", None) is None:    # before the method resolves any: run_settings' DEFAULTED
+        args.unset = ["--" + k.replace("_", "-") for k, v in sorted(vars(args).items()) if v is None]
     device = resolve_device(getattr(args, "device", "auto"))
     LINEAR = linear_of(args)        # what load_model uses in this run unless told otherwise
     resolve_linear(LINEAR, device, resolve_dtype(getattr(args, "dtype", "auto"), device)[0])
@@ -677,11 +683,9 @@ def load_retriever(args, records: list[dict], preset: str = "seakr"):
 
 
 def question_seed(base: int, qid: str) -> int:
-    """A per-question seed, so a resumed run draws from the same random streams as an uninterrupted one.
-    subtle: the same draws, not always the same tokens: uninterrupted, a question's few-shot head comes
-    from the previous question's KV cache (speed.py's prefix reuse); resumed, it is prefilled whole, and
-    the two differ in the last float bits (about 1e-6 in float32), which can turn a near-tie (--plain
-    reuses nothing)."""
+    """A per-question seed: a resumed run draws from an uninterrupted one's random streams. subtle: not always to
+    the same tokens: resumed, the few-shot head is prefilled whole, not reused from the question before
+    (speed.py), the last float bits apart (about 1e-6 in float32), which can turn a near-tie."""
     import zlib
     return (base * 1_000_003 + zlib.crc32(str(qid).encode())) % (2**31)
 
@@ -693,7 +697,8 @@ def default_output(method: str, args) -> Path:
 
 
 GOLD_FIELDS = ("label", "best_answer", "correct_answers", "incorrect_answers")
-NOT_SETTINGS = ("limit", "skip", "output", "overwrite", "cache")   # which questions and where: not what a row holds
+NOT_SETTINGS = ("limit", "skip", "output", "overwrite", "cache", "unset")  # which questions and where, not a row
+DEFAULTED = "left to the method's default"   # the flags a run did not give and its method resolved (not compared)
 
 
 def run_settings(args, code_file: str | None) -> dict:
@@ -718,6 +723,8 @@ def run_settings(args, code_file: str | None) -> dict:
                 "question file": speed.file_id(data), **({"corpus file": speed.file_id(corpus)} if corpus else {})}
     if getattr(args, "corpus", None) == "contexts":   # the pool is the first --limit questions' paragraphs: a run
         settings["contexts pooled from"] = args.limit or "all"   # resumed under another limit would search another
+    if getattr(args, "unset", None) is not None:      # check_inputs' record of the flags not given
+        settings[DEFAULTED] = [f for f in args.unset if flags.get(f) is not None]
     return json.loads(json.dumps(settings, default=str))     # as the settings file will read back
 
 
@@ -773,7 +780,7 @@ def _resume_check(out: Path, rows: int, settings: dict) -> None:
 def first_difference(old: dict, now: dict) -> str | None:
     """The first setting (in sorted order) whose value differs between two settings files, or None; a question
     file or corpus named by another path is the same input when its content is (SAME_BY_CONTENT)."""
-    for key in sorted(set(old) | set(now)):
+    for key in sorted((set(old) | set(now)) - {DEFAULTED}):
         content = SAME_BY_CONTENT.get(key)      # a file named by another path is the same input if its bytes are
         if content and old.get(content) == now.get(content) and now.get(content) not in (None, "missing"):
             continue
@@ -853,8 +860,7 @@ def answer_all(args, method: str, solve, records: list[dict], out: Path, code: s
         except ValueError as e:
             raise InputError(str(e)) from None
         except KeyError:
-            raise InputError(f"{out}: a row without an \"id\", not a run file of this project; pass another "
-                             "--output, or --overwrite to start it afresh") from None
+            raise InputError(f"{out}: a row without an id; pass another --output or --overwrite") from None
     if done:
         _resume_check(out, len(done), settings)
     try:
@@ -990,6 +996,5 @@ def main_guard(main) -> None:
     except NothingToDo as e:
         print(str(e), file=sys.stderr)
     except KeyboardInterrupt as e:
-        print(f"interrupted: {str(e) or 'finished questions are saved; run the same command again to resume'}",
-              file=sys.stderr)
+        print(f"interrupted: {str(e) or 'finished questions are saved; rerun the command to resume'}", file=sys.stderr)
         sys.exit(130)

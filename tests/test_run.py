@@ -473,7 +473,7 @@ def test_a_row_without_an_id_and_a_bare_ctrl_c_are_one_line(tmp_path, capsys):
     args = make_args(tmp_path, limit=1)
     Path(args.output).write_text('{"x": 1}\n')                 # a JSON object, but no run file's row
     Path(args.output).with_suffix(".settings.json").write_text("{}")
-    with pytest.raises(common.InputError, match=r"out.jsonl: a row without an \"id\", not a run file of this project"):
+    with pytest.raises(common.InputError, match=r"out.jsonl: a row without an id; pass another --output or --overwrite"):
         common.run(args, "fake", answer)
 
     def interrupted():                                         # Ctrl-C outside the questions (loading a model)
@@ -481,7 +481,7 @@ def test_a_row_without_an_id_and_a_bare_ctrl_c_are_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         common.main_guard(interrupted)
     assert stop.value.code == 130 and capsys.readouterr().err == (
-        "interrupted: finished questions are saved; run the same command again to resume\n")   # it printed nothing
+        "interrupted: finished questions are saved; rerun the command to resume\n")   # it printed nothing
 
 
 def test_torchrun_ranks_record_one_device_kind(tmp_path, monkeypatch):
@@ -494,3 +494,22 @@ def test_torchrun_ranks_record_one_device_kind(tmp_path, monkeypatch):
         monkeypatch.setattr(common, "resolve_device", lambda d, device=device: device)
         got.add(common.run_settings(make_args(tmp_path), None)["precision"])
     assert got == {"bfloat16 on cuda"}
+
+
+def test_a_finished_run_made_with_a_flag_is_refused_when_rerun_without_it(tmp_path, monkeypatch, tiny):
+    """A flag left out means the method's default, resolved once the model loads (None before): a finished
+    file made with --threshold 5.0 is refused by a rerun that leaves it out (it said "nothing to run" and
+    exit 0, the old rows standing for the default's), while one made at the default stops as before."""
+    import seakr
+    loads = []
+    monkeypatch.setattr(common, "load_model", lambda *a, **k: loads.append(a) or tiny)
+    out, base = tmp_path / "run.jsonl", ["--dataset", "nq", "--limit", "1", "--samples", "2"]
+    seakr.main(base + ["--threshold", "5.0", "--output", str(out)])
+    saved = json.loads(out.with_suffix(".settings.json").read_text())
+    assert "--threshold" not in saved[common.DEFAULTED] and "--layer" in saved[common.DEFAULTED]
+    with pytest.raises(common.InputError, match=r"made with --threshold = 5.0, this run leaves it to the method's default"):
+        seakr.main(base + ["--output", str(out)])
+    seakr.main(base + ["--output", str(tmp_path / "default.jsonl")])
+    with pytest.raises(common.NothingToDo):
+        seakr.main(base + ["--output", str(tmp_path / "default.jsonl")])
+    assert len(loads) == 2                                    # the two runs that ran; no rerun loaded a model
