@@ -101,8 +101,7 @@ def default_model(device: str) -> tuple[str, str]:
     costs 12.5x SmolLM2 per question there (benchmarks/README.md: Cost per model). On an NVIDIA H100 a
     SeaKR demo question took about 10 s with Qwen2.5-Coder-0.5B and 27 s with a model of Qwen2.5-7B's
     shapes (README: Run it at paper scale). Qwen2.5-Coder-0.5B shows no SeaKR signal (README:
-    Thresholds). --model qwen2.5-coder-1.5b runs the stronger model on any machine.
-    """
+    Thresholds). --model qwen2.5-coder-1.5b runs the stronger model on any machine."""
     if device != "cpu":
         return STRONG_MODEL, f"device {device}"
     return LIGHT_MODEL, "a CPU: the 1.5B model costs 1.5 minutes or more a demo question here"
@@ -789,6 +788,17 @@ def first_difference(old: dict, now: dict) -> str | None:
     return None
 
 
+def finished_rows(out: Path) -> dict:
+    """{id: row} of the rows already in OUT, a row cut short dropped first; InputError for a damaged file."""
+    _finish_last_line(out)
+    try:
+        return {row["id"]: row for row in metrics.read_rows(out)}
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    except KeyError:
+        raise InputError(f"{out}: a row without an id; pass another --output or --overwrite") from None
+
+
 def _finish_last_line(out: Path) -> None:
     """A row cut short by an interruption is dropped (and recomputed); a complete last row without its
     newline gets one (the next row would otherwise be appended to its line)."""
@@ -820,16 +830,13 @@ class Interrupted(KeyboardInterrupt):
 
 
 def run(args, method: str, solve, records: list[dict] | None = None, code: str | None = None) -> dict:
-    """Answer every question with solve(record) -> {prediction, retrievals, model_calls, trace}.
-
-    Writes one JSON line per question as soon as it is done, and the run's settings (run_settings)
-    beside the output (<output>.settings.json). A rerun resumes: ids already in the output are
-    skipped, if the settings are the same (else InputError; --overwrite starts afresh). A question
-    whose solve raises InputError (e.g. a prompt longer than the model's context) is written as a
-    failed row (prediction "", "error": the message; scored as wrong) and counted. Then prints and
-    saves the summary (eval.summarize) next to the output. The settings hash `code`, the method's file
-    (default: the file that defines solve, else the program run).
-    """
+    """Answer every question with solve(record) -> {prediction, retrievals, model_calls, trace}: one JSON
+    line per question as soon as it is done, the run's settings (run_settings) beside the output
+    (<output>.settings.json). A rerun resumes: ids already in the output are skipped, if the settings are
+    the same (else InputError; --overwrite starts afresh). A question whose solve raises InputError (a
+    prompt longer than the model's context) is a failed row (prediction "", "error": the message; scored
+    wrong). Then the summary (eval.summarize), printed and saved. The settings hash `code`, the method's
+    file (default: the file that defines solve, else the program run)."""
     code = code or getattr(getattr(solve, "__code__", None), "co_filename", None) or \
         getattr(sys.modules["__main__"], "__file__", None)
     if getattr(args, "plain", False):    # REUSE_PREFIX: CtrlA's monitor cache too (shared_cache)
@@ -854,13 +861,7 @@ def answer_all(args, method: str, solve, records: list[dict], out: Path, code: s
     if out.exists() and getattr(args, "overwrite", False):
         out.unlink()
     if out.exists():
-        _finish_last_line(out)
-        try:
-            done = {row["id"]: row for row in metrics.read_rows(out)}
-        except ValueError as e:
-            raise InputError(str(e)) from None
-        except KeyError:
-            raise InputError(f"{out}: a row without an id; pass another --output or --overwrite") from None
+        done = finished_rows(out)
     if done:
         _resume_check(out, len(done), settings)
     try:
@@ -935,17 +936,15 @@ def shard_file(out: Path, rank: int, world: int) -> Path:
 def run_shard(args, method: str, solve, records: list[dict], out: Path, code: str) -> dict:
     """run() under a launcher (`torchrun --nproc-per-node N seakr.py ...`): this process answers every N-th
     question from its rank into a shard file beside OUT (resumable, as any run: shard_file), waits for the
-    others (torch.distributed's barrier, over gloo), and rank 0 writes OUT: the rows of OUT already there and
-    of every shard, in the questions' order, with OUT's settings and summary, then removes the shards. Each
-    question keeps its seed (question_seed of its id) and the --corpus contexts pool is the whole run's, so
-    OUT equals a one-process run's but for seconds, cpu_seconds and cpu."""
+    others (torch.distributed's barrier, over gloo), and rank 0 writes OUT: OUT's rows of other questions,
+    then this run's from OUT and every shard in the questions' order, with OUT's settings and summary, and
+    removes the shards. Each question keeps its seed (question_seed) and the --corpus contexts pool is the
+    whole run's: OUT equals a one-process run's but for seconds, cpu_seconds and cpu."""
     rank, world = launcher_rank()
     settings = run_settings(args, code)
-    done = {}
-    if out.exists() and not getattr(args, "overwrite", False):
-        done = {row["id"]: row for row in metrics.read_rows(out)}
-        if done:
-            _resume_check(out, len(done), settings)
+    done = finished_rows(out) if out.exists() and not getattr(args, "overwrite", False) else {}
+    if done:
+        _resume_check(out, len(done), settings)
     mine = [r for r in records[rank::world] if r["id"] not in done]
     part = shard_file(out, rank, world)
     shard_args = argparse.Namespace(**{**vars(args), "output": str(part)})
@@ -956,7 +955,8 @@ def run_shard(args, method: str, solve, records: list[dict], out: Path, code: st
     if rank == 0:
         for r in range(world):
             done.update({row["id"]: row for row in metrics.read_rows(shard_file(out, r, world))})
-        rows = [done[r["id"]] for r in records if r["id"] in done]
+        ours = {r["id"] for r in records}     # OUT's rows beyond this run's --skip / --limit stay, first
+        rows = [row for i, row in done.items() if i not in ours] + [done[r["id"]] for r in records if r["id"] in done]
         tmp = out.with_name(out.name + ".tmp")
         tmp.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
         tmp.replace(out)

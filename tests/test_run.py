@@ -410,6 +410,15 @@ def test_torchrun_shards_a_run_into_one_output_equal_to_one_process(tmp_path):
                            capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr[-2000:]
     assert strip(map(json.loads, sharded.read_text().splitlines())) == strip(map(json.loads, two))
+    # a launcher run over questions 2-3 of a file that holds question 1 keeps it (rank 0 rebuilt the file
+    # from its own questions only, and question 1 was lost)
+    part = tmp_path / "part.jsonl"
+    subprocess.run([sys.executable, str(script), *base[:3], "1", *base[4:], "--output", str(part)], check=True)
+    more = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                           str(script), *base, "--skip", "1", "--output", str(part)], capture_output=True, text=True,
+                          timeout=120)
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert [json.loads(line)["id"] for line in part.read_text().splitlines()] == ["nq-0", "nq-1", "nq-2"]
 
 
 @pytest.mark.slow
