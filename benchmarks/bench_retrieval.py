@@ -8,6 +8,9 @@
       (same 3 in order) / top-10 (same 10 in order) agreement, the largest score difference, and
       how many passages our analyzers tokenise exactly as Lucene. Needs java and Debian's
       liblucene8-java (apt-get install liblucene8-java); exits 0 with a note without them.
+  python benchmarks/bench_retrieval.py vocabulary
+      Every distinct word (3 characters or more) of the files under data/raw, analysed by Lucene 8 and by
+      our english and standard analyzers: how many 400-word passages come out otherwise (java needed).
   python benchmarks/bench_retrieval.py scale --n 100000 [--dir DIR]
       Builds an index of N passages (the DPR sample repeated with new ids; each copy's text gets
       a copy number word so that copies are not identical) in a child process, then reports
@@ -125,6 +128,37 @@ def parity(args):
     return result
 
 
+# where Snowball's Porter and Lucene's part (tests/test_retrieval.py), and marks after a space (UAX #29 WB4)
+CASES = ("trekking trekked revving maxxed ahhed trekkings psychologie anthropologie esblie psychologies établie "
+         "possibly technology a \u200e b \u0301 c\u200e")
+
+
+def vocabulary(args):
+    """Every distinct word of 3 characters or more (our standard tokenizer, lower case) in the files under
+    data/raw, 400 to a passage, and CASES, analysed by Lucene 8 and by ours: how many passages differ, and
+    where."""
+    if lucene_jars() is None:
+        print("skipped: needs java, javac and liblucene8-java (apt-get install liblucene8-java)")
+        return None
+    words = set()
+    for f in sorted(glob.glob(str(RAW / "**/*.json*"), recursive=True)):
+        words |= {t for t in retrieval.standard_tokens(Path(f).read_text(encoding="utf-8").lower()) if len(t) > 2}
+    words = sorted(words)
+    corpus = [{"id": str(i), "title": "", "text": " ".join(words[i:i + 400])} for i in range(0, len(words), 400)]
+    corpus.append({"id": "cases", "title": "", "text": CASES})
+    with tempfile.TemporaryDirectory() as tmp:
+        _, toks = run_lucene(corpus, ["x"], Path(tmp))
+    result = {"words": len(words), "passages": len(corpus) - 1, "and CASES": CASES}
+    for i, analyzer in enumerate(("english", "standard")):
+        differ = [p for p in corpus if retrieval.analyze(p["text"], analyzer) != toks[p["id"]][i]]
+        result[f"{analyzer}: passages tokenised otherwise"] = len(differ)
+        for p in differ[:5]:
+            print(analyzer, [(a, b) for a, b in zip(toks[p["id"]][i], retrieval.analyze(p["text"], analyzer))
+                             if a != b][:5])
+    print(json.dumps(result, indent=1))
+    return result
+
+
 def _synthetic(corpus, n, path):
     with open(path, "w", encoding="utf-8") as f:
         for i in range(n):
@@ -178,13 +212,14 @@ def main():
     p.add_argument("--corpus", default=str(RAW / "dpr_wiki/sample_data.jsonl"))
     p.add_argument("--out")
     p.add_argument("--show-diffs", action="store_true", help="list passages tokenised differently")
+    sub.add_parser("vocabulary", help="every word of data/raw analysed by Lucene 8 and by ours")
     s = sub.add_parser("scale")
     s.add_argument("--n", type=int, default=100_000)
     s.add_argument("--corpus", default=str(RAW / "dpr_wiki/sample_data.jsonl"))
     s.add_argument("--dir")
     s.add_argument("--keep", action="store_true")
     args = ap.parse_args()
-    parity(args) if args.cmd == "parity" else scale(args)
+    {"parity": parity, "vocabulary": vocabulary, "scale": scale}[args.cmd](args)
 
 
 if __name__ == "__main__":
