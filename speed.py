@@ -120,7 +120,8 @@ SHARE_PROMPT = True      # k samples read one shared copy of their prompt's KV c
 MIN_SHARED = 16          # shorter shared prefixes are not worth a cache fork
 PREFIX_SLOTS = 4         # prompts kept per model, most recent first (about 46 KB a token for SmolLM2-135M)
 _LAST = {}               # (model id, active steering) -> [(token ids, KV cache)] of recent prefills
-ROW_CACHE_BYTES = 2 ** 30  # the rows of the last greedy call kept, up to this size (a conversation's next turn)
+ROW_CACHE_BYTES = 2 ** 30  # the rows of the last greedy call kept, up to this size (a conversation's next turn),
+                           # per steering: CtrlA's steered and plain calls keep theirs each (2 GiB at most)
 _ROWS = {}               # (model id, active steering) -> [(token ids, one-row KV cache)] of the last greedy call
 STEERING = []            # (module id, digest of the vector) of each common.add_to_output in force
 
