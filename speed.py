@@ -364,7 +364,7 @@ def _prefill(model, tok, rows: list[list[int]]):
         cached, past = [0] * len(rows), None
         if REUSE_PREFIX and head >= MIN_SHARED:
             _, past, _, _ = _prefill_one(model, rows[0][:head])
-            if any(past.is_sliding):
+            if not _reusable(past):
                 past = None
             else:
                 cached = [head] * len(rows)
@@ -439,6 +439,12 @@ def _keep_rows(model, past, mask, rows: list[tuple[int, list[int]]]) -> None:
         store.append((ids, row))
 
 
+def _reusable(cache) -> bool:
+    """Whether a cache's prefix can be cut and forked: plain key/value layers only. A sliding window (Gemma 3)
+    has dropped what a shorter prefix needs, and a linear-attention state (hybrid models) cannot be cut."""
+    return all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None]))
+
+
 def _cache_bytes(cache) -> int:
     return sum(l.keys.numel() * l.keys.element_size() + l.values.numel() * l.values.element_size()
                for l in cache.layers)
@@ -454,7 +460,7 @@ def _prefill_one(model, ids: list[int]):
         shared = [min(_shared_prefix(ids, s[0]), len(ids) - 1) for s in candidates]
         best = max(range(len(candidates)), key=shared.__getitem__)
         cache = candidates[best][1]
-        if shared[best] >= MIN_SHARED and not any(cache.is_sliding):
+        if shared[best] >= MIN_SHARED and _reusable(cache):
             keep, past = shared[best], _fork(cache)
             if keep < past.get_seq_length():   # crop(0) would empty it on 4.x: see shared_cache
                 past.crop(keep - past.get_seq_length())
@@ -469,11 +475,11 @@ def shared_cache(ids: list[int], cached_ids: list[int], cache) -> tuple[int, obj
     """A caller's own prefix reuse (CtrlA's monitor): (n, cache) where a forward pass over `ids` may start
     from `cache`, the KV cache of a pass over `cached_ids`, cropped in place to the n leading tokens they
     share (never all of ids); (0, None) when under MIN_SHARED are shared, REUSE_PREFIX is off (--plain) or
-    the cache has a sliding window. Causal attention leaves a shared prefix's states unchanged.
+    the cache cannot be cut (_reusable). Causal attention leaves a shared prefix's states unchanged.
     subtle: only a negative crop means "remove that many" on every transformers version (4.x reads
     crop(0) as "keep 0 tokens", 5.x a positive length as deprecated)."""
     keep = min(_shared_prefix(ids, cached_ids), len(ids) - 1)
-    if not REUSE_PREFIX or keep < MIN_SHARED or any(getattr(cache, "is_sliding", [False])):
+    if not REUSE_PREFIX or keep < MIN_SHARED or not _reusable(cache):
         return 0, None
     if keep < cache.get_seq_length():
         cache.crop(keep - cache.get_seq_length())

@@ -776,3 +776,16 @@ def test_onednn_fast_path_equals_the_plain_reference_on_smollm2():
     assert_same([common.greedy(fast, tok, prompt, hidden_module=mlp(fast), **kw)], ref[:1], atol=1e-4)
     assert_same(common.sample(fast, tok, prompt, 4, seed=7, with_greedy=True, hidden_module=mlp(fast), **kw), ref,
                 atol=1e-4)
+
+
+def test_only_plain_key_value_caches_are_cut_and_reused():
+    # a sliding window (Gemma 3) has dropped what a shorter prefix needs; a linear-attention state (hybrid
+    # models) cannot be cut at all (transformers raises on crop): neither serves a prefix
+    from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer, LinearAttentionLayer
+    cache = DynamicCache()
+    for extra, ok in ((DynamicLayer(), True), (DynamicSlidingWindowLayer(sliding_window=4), False),
+                      (LinearAttentionLayer(), False)):
+        cache.layers = [DynamicLayer(), extra]
+        assert speed._reusable(cache) is ok
+        keep, got = common.shared_cache(list(range(40)), list(range(40)), cache)
+        assert (keep, got is cache) == ((39, True) if ok else (0, False))
