@@ -194,7 +194,8 @@ def porter_stem(words):
     return [w if len(w) <= _SHORT else _c_departures(w, s) for w, s in zip(words, _stemmer.stemWords(words))]
 
 
-_UNDOUBLED = set("aeiouylsz") | set("bdfgmnprt")  # Lucene keeps l s z doubled, Snowball undoubles the rest
+# no undoubling to add after: a vowel or y, l s z (Lucene keeps them doubled), Snowball's own bb dd ff gg mm nn pp rr tt
+_UNDOUBLED = set("aeiouylsz") | set("bdfgmnprt")
 
 
 def _c_departures(w, s):

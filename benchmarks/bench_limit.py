@@ -26,8 +26,9 @@ totals, and one JSON line last with at least seconds, limit_seconds, ratio_to_li
 (linear layers' time over the questions' time) and cpu. Run it with --linear plain and --linear
 onednn for a before and after. --products instead times each linear shape of the model alone (from
 its config, no weights loaded): plain against onednn, interleaved, at 1, 2, --rows and --prefill rows,
-in each of --dtypes (--openblas: numpy's OpenBLAS beside them, float32). --steps instead loads the model twice, plain and onednn, and times whole forward
-passes in turn: a --prefill-token prefill and one decoding step of 1, 2 and --rows rows on its cache.
+in each of --dtypes (--openblas: numpy's OpenBLAS beside them, float32). --steps instead loads the model
+twice, plain and onednn, and times whole forward passes in turn: a --prefill-token prefill and one
+decoding step of 1, 2 and --rows rows on its cache.
 Set OMP_NUM_THREADS to choose the threads.
 """
 from __future__ import annotations
