@@ -724,8 +724,9 @@ def _model_fingerprint(model) -> str:
     """sha256 of the config, the modules as printed (classes, shapes, int8 layers) and, for every tensor
     of the state dict and every buffer, its name, dtype, shape and 4,096 evenly spaced values (exact bytes;
     all of a smaller tensor; a oneDNN weight read densely, one at a time). Milliseconds, not a pass over
-    every weight: any other checkpoint or fine-tune changes them, an edit of a few single weights might
-    not. Computed at the model's first cached call."""
+    every weight (but under --linear onednn: densifying 55 MB took 36 ms on a Zen 3 EPYC, about 4 s for
+    Qwen2.5-Coder-1.5B's weights): any other checkpoint or fine-tune changes them, an edit of a few single
+    weights might not. Computed at the model's first cached call."""
     config = {k: v for k, v in model.config.to_dict().items() if k != "_name_or_path"}
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode() + repr(model).encode())
 
