@@ -320,14 +320,16 @@ def forced_answer(model, tok, prompt: str, budget: Budget, max_new_tokens: int =
     return forced_reading(g.text)
 
 
-def chain(model, tok, prompt: str, stop, budget: Budget, max_new_tokens: int) -> tuple[str, str | None]:
-    """One greedy chain of thought and its answer, forced when the chain names none (the baselines; DRAGIN
-    src/eval.py:26-48: the exemplars, question and chain, no passages, 20 tokens)."""
+def chain(model, tok, prompt: str, stop, budget: Budget, max_new_tokens: int, bare: str | None = None):
+    """(one greedy chain of thought, its answer), forced when the chain names none (the baselines; DRAGIN
+    src/eval.py:26-48: the exemplars, question and chain, no passages, 20 tokens): `bare` is the prompt
+    without the passages where `prompt` holds some."""
     budget.calls += 1
     text = common.greedy(model, tok, prompt, max_new_tokens=max_new_tokens, stop=stop).text.strip()
     answer = metrics.read_answer(text)
     if answer is None:
-        answer = forced_answer(model, tok, prompt + (" " + text if text else ""), budget, BASELINE_FORCED_TOKENS)
+        answer = forced_answer(model, tok, (bare or prompt) + (" " + text if text else ""), budget,
+                               BASELINE_FORCED_TOKENS)
     return text, answer
 
 
@@ -367,6 +369,10 @@ def solve_multihop(model, tok, bm25, prefix: str, question: str, s: Settings, bu
             searched.add(full)
             entry.update(retrieved=True, query=query)
             if not hits:                # a repeated query or no new passage ends the loop (official)
+                if every_step and (step_answer(c.gen) is not None or not should_retrieve(c.score, c.text, s.delta)):
+                    steps.append(c.text)   # the ablation [ours]: nothing new to read, the step goes as SeaKR's
+                    if step_answer(c.gen) is None and len(steps) < MAX_STEPS:      # would, not dropped
+                        continue
                 break
             hits = hits if s.rerank else hits[:1]       # "- S.A. Re-rank": BM25's first passage alone
             context = [passage_text(d) for d in docs]
@@ -520,7 +526,7 @@ def solve_simple(model, tok, bm25, prefix: str, question: str, s: Settings, budg
     if s.retrieve == "ircot":
         hits = bm25.search(truncate_query(tok, question), 1)
         text, answer = chain(model, tok, build_prompt(prefix, question, docs=[passage_text(h) for h in hits]),
-                             stop, budget, MAX_NEW_TOKENS)
+                             stop, budget, MAX_NEW_TOKENS, bare=build_prompt(prefix, question))
         return {"prediction": answer or "", "retrievals": len(hits), "model_calls": budget.calls,
                 "trace": {"chain": text, "answer": answer, "passages": [h["id"] for h in hits]}}
     answer, c = answer_once(model, tok, build_prompt(prefix, question), s, budget)

@@ -263,6 +263,25 @@ def test_no_sa_retrieval_retrieves_for_a_first_step_that_names_an_answer(real_to
         assert len(asked) == 1
 
 
+@pytest.mark.parametrize("score, kept", [(-7.0, 2), (5.0, 0)])
+def test_no_sa_retrieval_keeps_the_step_seakr_would_keep_when_its_search_finds_nothing(real_tok, monkeypatch,
+                                                                                      score, kept):
+    """The ablation searches for every step; where nothing new is found, the step goes as SeaKR's would (kept
+    when certain or final, the loop ending at a final one), not dropped with the loop's end as an uncertain
+    step is (official). It was dropped: "So the answer is Spitfire" ended 5abbf698554299114383a0b5's loop
+    unread."""
+    scripted(monkeypatch, real_tok, ["Beta was born in Gamma.\n", "So the answer is Gamma.\n\n"], [score, score])
+    seen = []
+    monkeypatch.setattr(seakr, "reason", lambda *a: seen.append(list(a[4])) or {"answer": None, "chosen": "knowledge"})
+    s = seakr.Settings(delta=0.0, layer=0, retrieve="no-sa-retrieval")
+    out = seakr.solve_multihop(None, real_tok, common.BM25(CORPUS[3:]), "P", "Where was Beta born?", s,
+                               seakr.Budget(0))             # Delta's passage alone: no query finds anything
+    assert len(seen[0]) == kept and out["retrievals"] == 0
+    assert all(step["retrieved"] for step in out["trace"]["steps"])
+    if kept:
+        assert seen[0][0].startswith("Beta was born in Gamma") and seen[0][1].startswith("So the answer is Gamma")
+
+
 def test_prompt_format():
     tail = seakr.build_prompt("P", "Q?")
     assert tail == "P\n\nAnswer in the same format as before. \nQuestion: Q?\nAnswer:"
@@ -802,6 +821,9 @@ def test_simple_qa_baselines(tiny, monkeypatch):
             assert seen[0] == "Q\n\nContext: [1] Beta: Beta was a builder born in Gamma.\n" + tail
         else:                   # CoT: no passage
             assert "passages" not in out["trace"] and seen[0] == "Q\n\n" + tail
+        # the random model names no answer: forced as DRAGIN's evaluation forces it, without the passage
+        # (IRCoT's forced prompt held it)
+        assert len(seen) == 2 and seen[1].startswith("Q\n\n" + tail) and seen[1].endswith(" So the answer is")
 
 
 def test_run_names_are_the_papers():
