@@ -718,8 +718,12 @@ def paired_difference(rows, baseline, resamples=1000, level=0.95, seed=0, metric
 
 def is_right(row, prediction=None):
     """Whether an answer (the row's prediction unless given) is right: StrategyQA's label,
-    TruthfulQA's closer-to-correct, otherwise the gold answer contained in it (acc)."""
-    scores = score_record(row if prediction is None else {**row, "prediction": prediction})
+    TruthfulQA's closer-to-correct, otherwise the gold answer contained in it (acc), on multi-hop QA
+    (EM/F1 data, yes/no golds) only on word boundaries: "no" inside "Freakonomics" is no "no"."""
+    row = row if prediction is None else {**row, "prediction": prediction}
+    scores = score_record(row)
+    if "acc" in scores and row.get("dataset") in MULTIHOP + ("musique", "iirc"):
+        return bool(scores["acc"]) and not inside_a_word(row.get("prediction"), row.get("answers"))
     return bool(scores.get("acc", scores.get("closer_to_correct")))
 
 

@@ -640,3 +640,14 @@ def test_only_runs_before_the_official_reading_are_read_again(tmp_path):
         rows, info = ev.read_run(tmp_path / f"{name}.jsonl")
         assert ev.read_officially(tmp_path / f"{name}.jsonl") is officially
         assert (rows[0]["prediction"], info) == (("Thus, Rome", {}) if officially else ("Thus", {"reread": {"1": "Thus"}}))
+
+
+def test_a_multihop_answer_is_right_only_with_its_gold_on_word_boundaries():
+    # the signals' "wrong": CtrlA's acc is a substring test, and on multi-hop QA (EM / F1 data) a gold "no"
+    # sits inside "Freakonomics" (5abc0a5d5542993f40c73c64, read as right before); PopQA keeps the official acc
+    row = {"dataset": "hotpotqa", "answers": ["no"],
+           "prediction": "yes, both Freakonomics and In the Realm of the Hackers are American documentaries"}
+    assert ev.score_record(row)["acc"] == 1.0 and not ev.is_right(row)
+    assert ev.is_right({**row, "prediction": "No, only one of them is"})
+    assert ev.is_right({**row, "dataset": "popqa"})                     # CtrlA's official match
+    assert not ev.is_right(row, "yes") and ev.is_right(row, "no.")
