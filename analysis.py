@@ -334,30 +334,30 @@ def rate_calibration(rows: list[dict], rate: float | None = None) -> dict | None
     return {**found, "target": rate, "n": len(rows)}
 
 
-def run_models(path) -> tuple[str | None, str | None]:
-    """(M, M_V) as a run's settings file beside it names them, or, for a Stage 3 redone by
-    benchmarks/repair_again.py (its settings name --repair-again, not --verifier), as its source run's do;
-    (None, None) where it cannot be read."""
+def run_flags(path) -> dict:
+    """A Rowen run's settings file beside it, or, for a Stage 3 redone by benchmarks/repair_again.py (its
+    settings name --repair-again, not --verifier or --alpha), its source run's flags under its own; {}
+    where it cannot be read."""
     try:
         saved = common.read_settings(Path(path).with_suffix(".settings.json"))
     except common.InputError:
-        return None, None
-    if saved.get("--verifier") is None and saved.get("--repair-again"):
-        return saved.get("--model"), run_models(saved["--repair-again"])[1]
-    return saved.get("--model"), saved.get("--verifier")
+        return {}
+    if saved.get("--repair-again"):
+        return {**run_flags(saved["--repair-again"]), **{k: v for k, v in saved.items() if v is not None}}
+    return saved
+
+
+def run_models(path) -> tuple[str | None, str | None]:
+    """(M, M_V) as a run's settings name them (run_flags); (None, None) where they cannot be read."""
+    flags = run_flags(path)
+    return flags.get("--model"), flags.get("--verifier")
 
 
 def run_scoring(path) -> tuple:
-    """(alpha, k, target language) of a Rowen run as its settings (or, for a repair_again.py file, its source
-    run's) name them: which calibrated threshold applies (rowen.default_threshold); rowen.CALIBRATED_AT's
-    where they cannot be read."""
-    try:
-        saved = common.read_settings(Path(path).with_suffix(".settings.json"))
-    except common.InputError:
-        return rowen.CALIBRATED_AT
-    if saved.get("--alpha") is None and saved.get("--repair-again"):
-        return run_scoring(saved["--repair-again"])
-    return tuple(saved.get(f, d) for f, d in zip(("--alpha", "--k", "--target-language"), rowen.CALIBRATED_AT))
+    """(alpha, k, target language) of a Rowen run as its settings name them (run_flags): which calibrated
+    threshold applies (rowen.default_threshold); rowen.CALIBRATED_AT's where they cannot be read."""
+    flags = run_flags(path)
+    return tuple(flags.get(f, d) for f, d in zip(("--alpha", "--k", "--target-language"), rowen.CALIBRATED_AT))
 
 
 def report(path, limit=None):
