@@ -257,18 +257,18 @@ def read_yes_no(text: str, language: str = "English") -> bool | None:
 
     So "True." -> True, "True, there is no contradiction." -> True, "No." -> False, "It isn't true." -> False,
     "Your response (True or False): False." -> False (the offered choice "True or False" is no verdict),
-    "True or False" -> None, "" -> None, "对不起，我不知道" -> None. The official `is_supported` also reads
-    the verdict word, but lets the later of "true" and "false" win when both occur ("True. It is not false"
-    -> False) and, when neither does, gives True unless "not", "cannot", "unknown" or "information" is a word
-    of the reply, so it reads "No." and "" as True and "I cannot say" as False."""
+    "True or False" and "True or" (cut short) -> None, "" -> None, "对不起，我不知道" -> None. The official
+    `is_supported` also reads the verdict word, but lets the later of "true" and "false" win when both occur
+    ("True. It is not false" -> False) and, when neither does, gives True unless "not", "cannot", "unknown"
+    or "information" is a word of the reply, so it reads "No." and "" as True and "I cannot say" as False."""
     text = (text or "").lower()
     yes = {w.lower() for w in YES_NO["English"][0] + YES_NO[language][0]}
     found = list(_yes_no_pattern(language).finditer(text))
     i = 0
     while i < len(found):
         m = found[i]
-        if i + 1 < len(found) and _CHOICE.fullmatch(text[m.end():found[i + 1].start()]):
-            i += 2          # "true or false": the choice echoed, not a verdict
+        if _CHOICE.fullmatch(text[m.end():found[i + 1].start() if i + 1 < len(found) else None]):
+            i += 2          # "true or false", or "true or" cut short: the choice echoed, not a verdict
             continue
         if _stands_as_answer(text, m):
             return (m.group(2) in yes) != bool(m.group(1))

@@ -92,6 +92,7 @@ def test_verdict_parsing(text, verdict):
     # the choice the prompt offered, echoed back, is no verdict (first word "True" would misread False)
     ("Your response (True or False): True.", True), ("Your response (True or False): False.", False),
     ("True or False", None), ("yes/no: no", False), ("True or False?", None),
+    ("True or", None), ("yes /", None), ("True, or so it seems", True),   # a reply cut inside the choice
 ])
 def test_verdict_is_the_first_verdict_word(text, verdict):
     assert rowen.read_yes_no(text) is verdict
