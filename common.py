@@ -70,6 +70,8 @@ def resolve_device(device: str) -> str:
     several processes, cuda is this process's own GPU (LOCAL_RANK): one shard per device."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise InputError(f"--device {device}: use auto, cpu, cuda or cuda:N")
     if device == "cuda" and launcher_rank()[1] > 1:
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
     return device
@@ -211,8 +213,7 @@ def chat_prompt(tok, user: str, system: str | None = None, history: list[dict] =
         i = next(j for j, m in enumerate(rest) if m["role"] == "user")
         rest[i] = {**rest[i], "content": f"{system}\n\n{rest[i]['content']}"}
         return tok.apply_chat_template(rest, tokenize=False, add_generation_prompt=True)
-    turns = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
-    text = "\n\n".join(turns) + "\n\nAssistant:"
+    text = "\n\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in messages) + "\n\nAssistant:"
     if tok.bos_token and tok("a")["input_ids"][:1] != [tok.bos_token_id]:
         text = tok.bos_token + text
     return text
@@ -235,10 +236,8 @@ def encode(tok, prompt: str | list[int]) -> list[int]:
     """
     if not isinstance(prompt, str):
         return list(prompt)
-    text = prompt.rstrip(" ")
-    bos = tok.bos_token
-    special = not (bos and text.startswith(bos))
-    return tok(text, add_special_tokens=special)["input_ids"]
+    text, bos = prompt.rstrip(" "), tok.bos_token
+    return tok(text, add_special_tokens=not (bos and text.startswith(bos)))["input_ids"]
 
 
 def encode_offsets(tok, text: str):
@@ -676,9 +675,7 @@ def load_retriever(args, records: list[dict], preset: str = "seakr"):
                   "(FlashRAG's MuSiQue), so every passage of the pool is gold: an oracle, not a distractor setting",
                   file=sys.stderr)
         return open_retriever(passages, preset)
-    if args.corpus == "demo":
-        return open_retriever(str(DATA_DIR / "corpus.jsonl"), preset)
-    return open_retriever(args.corpus, preset)
+    return open_retriever(str(DATA_DIR / "corpus.jsonl") if args.corpus == "demo" else args.corpus, preset)
 
 
 def question_seed(base: int, qid: str) -> int:
@@ -815,12 +812,15 @@ def _finish_last_line(out: Path) -> None:
 
 
 _BAR: list = []     # the progress bar of the run in progress, for progress()
-CPU = cpu_name() if not torch.cuda.is_available() else torch.cuda.get_device_name()
+
+
+def machine(device: str) -> str:
+    """Where a row's seconds ran, named in its "cpu" field: the CPU, or the GPU of a run on one."""
+    return cpu_name() if device == "cpu" else torch.cuda.get_device_name(device)
 
 
 def progress(text: str) -> None:
-    """Show what the question in hand is doing beside the run's progress bar (a method's stages: a
-    Rowen question takes minutes)."""
+    """Show what the question in hand is doing beside the run's progress bar (a Rowen question takes minutes)."""
     for bar in _BAR:
         bar.set_postfix_str(text, refresh=True)
 
@@ -875,7 +875,7 @@ def answer_all(args, method: str, solve, records: list[dict], out: Path, code: s
         print(f"resuming {out}: {len(records) - len(todo)} of {len(records)} questions already done",
               file=sys.stderr)
     cache, speed.CALL_CACHE = speed.CALL_CACHE, check_cache_dir(args.cache) if getattr(args, "cache", None) else None
-    before = dict(speed.CACHE_STATS)
+    before, where = dict(speed.CACHE_STATS), machine(resolve_device(getattr(args, "device", "auto")))
     with fh:
         try:
             for rec in (bar := tqdm(todo, desc=method, unit="q", dynamic_ncols=True)):
@@ -892,7 +892,7 @@ def answer_all(args, method: str, solve, records: list[dict], out: Path, code: s
                        "model_calls": res.get("model_calls", 0), "seconds": round(time.time() - start, 3),
                        # this process's CPU time, every thread's: a pause (SIGSTOP) adds to seconds, not to this
                        "cpu_seconds": round(time.process_time() - cpu_start, 3),
-                       "cpu": CPU,   # a file may grow on machines of several kinds: its seconds name theirs
+                       "cpu": where,   # a file may grow on machines of several kinds: its seconds name theirs
                        "trace": res.get("trace", {}), **({"error": error} if error else {})}
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
                 fh.flush()

@@ -359,13 +359,27 @@ def test_progress_shows_a_questions_stage_beside_the_bar(tmp_path, capsys):
     common.progress("after the run")          # no bar: nothing to show, no error
 
 
-def test_each_row_names_the_machine_it_ran_on(tmp_path):
-    """A run file may grow on machines of several kinds; each row's seconds come with its CPU."""
-    common.run(make_args(tmp_path, limit=2), "fake", lambda rec: {"prediction": "x"})
+def test_each_row_names_the_machine_it_ran_on(tmp_path, monkeypatch):
+    """A run file may grow on machines of several kinds; each row's seconds come with its CPU, or with its GPU
+    when it ran on one: a GPU present but not used (--device cpu) is not named."""
+    monkeypatch.setattr(common.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(common.torch.cuda, "get_device_name", lambda device=None: f"Some GPU ({device})")
+    common.run(make_args(tmp_path, limit=2, device="cpu"), "fake", lambda rec: {"prediction": "x"})
+    common.run(make_args(tmp_path, limit=3, device="cuda", output=str(tmp_path / "gpu.jsonl")), "fake",
+               lambda rec: {"prediction": "x"})
     rows = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
-    assert [r["cpu"] for r in rows] == [common.CPU] * 2 and common.CPU
-    if Path("/proc/cpuinfo").exists() and not common.torch.cuda.is_available():
-        assert common.CPU.startswith(models.cpu_info("model name"))
+    assert [r["cpu"] for r in rows] == [models.cpu_name()] * 2
+    if Path("/proc/cpuinfo").exists():
+        assert rows[0]["cpu"].startswith(models.cpu_info("model name"))
+    rows = [json.loads(x) for x in (tmp_path / "gpu.jsonl").read_text().splitlines()]
+    assert [r["cpu"] for r in rows] == ["Some GPU (cuda)"] * 3
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:", "cuda:x", "CPU", ""])
+def test_an_unknown_device_is_a_one_line_error(tmp_path, device):
+    with pytest.raises(common.InputError, match=f"--device {device}: use auto, cpu, cuda or cuda:N"):
+        common.check_inputs(make_args(tmp_path, device=device))
+    assert common.resolve_device("cuda:1") == "cuda:1" and common.resolve_device("cpu") == "cpu"
 
 
 SHARDED = """
