@@ -429,6 +429,9 @@ def load_corpus(path):
     passages = list(iter_passages(path))
     if not passages:
         raise InputError(f"{path} holds no passages; pass --corpus with a non-empty corpus file")
+    seen = set()    # the methods tell passages apart by id (SeaKR reads only hits it has not read)
+    if (dup := next((p["id"] for p in passages if p["id"] in seen or seen.add(p["id"])), None)) is not None:
+        raise InputError(f"{path}: passage id {dup} occurs twice; give every passage its own id")
     return passages
 
 

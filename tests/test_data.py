@@ -99,6 +99,15 @@ def test_load_corpus_errors(tmp_path):
     odd.write_text('{"id": "1", "body": "a"}\n')
     with pytest.raises(InputError, match="unrecognised corpus format"):
         load_corpus(odd)
+    # two passages with one id: SeaKR, which reads only hits it has not read, would never read the second
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text('{"id": "7", "title": "A", "text": "a"}\n{"id": "8", "title": "B", "text": "b"}\n'
+                     '{"id": "7", "title": "C", "text": "c"}\n')
+    with pytest.raises(InputError, match="twice.jsonl: passage id 7 occurs twice; give every passage its own id"):
+        load_corpus(twice)
+    (tmp_path / "empty-id.tsv").write_text("id\ttext\ttitle\n\ta\tA\n\tb\tB\n")
+    with pytest.raises(InputError, match="passage id  occurs twice"):
+        load_corpus(tmp_path / "empty-id.tsv")
 
 
 def test_contexts_corpus_dedups_in_first_seen_order():
