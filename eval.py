@@ -730,7 +730,8 @@ def is_right(row, prediction=None):
 def signal_scores(rows):
     """(method, {signal name: score per row, higher = less sure}, wrong per row) for a file that
     qualifies (see above), else None. Rows that failed are left out; so is a row whose score is
-    missing (an infinite eigen score is written as null), for that score only (None in its list)."""
+    missing, for that score only (None in its list). SeaKR writes an infinite eigen score (no usable
+    sample: always uncertain) as null; it counts as +inf, the least sure."""
     if rows and all({"score", "right"} <= set(r) and "trace" not in r for r in rows):
         # the older `seakr.py --calibrate` file (results/nq200/): {id, score, answer, right} per question,
         # right judged when it was written (acc), no trace and so no simpler estimators
@@ -743,10 +744,11 @@ def signal_scores(rows):
     if "z_cl" in first or "z_cm" in first:
         # Rowen: each Z the trace holds (a low Z sends r0 to retrieval), against what the run would have
         # predicted without retrieval (initial_prediction; older traces: r0 as written)
-        scores = {f"-Z_{m.upper()}": [-r["trace"][f"z_{m}"] for r in rows]
-                  for m in ("cl", "cm") if all(r["trace"].get(f"z_{m}") is not None for r in rows)}
-        if all(r["trace"].get("mode") == "hybrid" and r["trace"].get("z") is not None for r in rows):
-            scores["-Z_hybrid"] = [-r["trace"]["z"] for r in rows]
+        def minus(t, key):   # a row without this Z is left out of its AUROC only (it dropped the whole Z)
+            return None if t.get(key) is None or (key == "z" and t.get("mode") != "hybrid") else -t[key]
+        z = {name: [minus(r["trace"], key) for r in rows]
+             for name, key in (("-Z_CL", "z_cl"), ("-Z_CM", "z_cm"), ("-Z_hybrid", "z"))}
+        scores = {name: values for name, values in z.items() if any(v is not None for v in values)}
         initial = [r["trace"].get("initial_prediction", r["trace"].get("initial_answer", "")) for r in rows]
         scores[LENGTH] = [words(r["trace"].get("initial_long_answer") or p) for r, p in zip(rows, initial)]
         return "Rowen", scores, [not is_right(r, p) for r, p in zip(rows, initial)]
@@ -755,6 +757,8 @@ def signal_scores(rows):
                  "multi-perplexity": "multi_perplexity", "LN-entropy": "ln_entropy"}
         scores = {label: [r["trace"].get(key) for r in rows] for label, key in names.items()
                   if any(r["trace"].get(key) is not None for r in rows)}
+        scores["eigen score U"] = [math.inf if "score" in r["trace"] and r["trace"]["score"] is None
+                                   else r["trace"].get("score") for r in rows]
         scores[LENGTH] = [words(r["trace"].get("direct")) for r in rows]
         return "SeaKR", scores, [not is_right(r) for r in rows]
     segments = [r["trace"].get("segments") for r in rows]
@@ -797,7 +801,8 @@ def first_steps(rows):
             continue
         step = (trace.get("steps") or [None])[0]
         if isinstance(step, dict) and "score" in step:
-            seakr[str(r["id"])] = (step.get("text") or "", {"eigen score U": step["score"],
+            u = math.inf if step["score"] is None else step["score"]    # null: infinite, as signal_scores
+            seakr[str(r["id"])] = (step.get("text") or "", {"eigen score U": u,
                                                               STEP_LENGTH: words(step.get("text"))})
         seg = (trace.get("segments") or [None])[0]
         if isinstance(seg, dict) and seg.get("scores"):

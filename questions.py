@@ -326,9 +326,16 @@ def _from_truthfulqa(row, kind):
                     category=row.get("Category"))]
 
 
+_LABELS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
 def _from_strategyqa(row, kind):
     """StrategyQA (Rowen's sample {question, answer: bool, target}; the official file adds qid)."""
-    label = row["answer"]
+    label = row["answer"]     # a boolean; a file written by hand may say "false", which Python's truth reads as yes
+    label = _LABELS.get(label.strip().lower(), label) if isinstance(label, str) else label
+    if label not in (True, False):
+        raise TypeError(f"its answer {label!r} is neither true nor false")
+    label = bool(label)
     return [_record(kind, row.get("qid"), row["question"], ["yes" if label else "no"], label=label,
                     **_pick(row, "target"))]
 

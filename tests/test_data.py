@@ -88,6 +88,19 @@ def test_load_corpus_formats():
     assert flash[1]["text"].endswith("musician.\nHe is known for parodies.")
 
 
+def test_strategyqa_labels_written_as_text_read_as_booleans(tmp_path):
+    """A StrategyQA file (its first answer a boolean) whose later answer says "false" reads no (Python's truth
+    would read any non-empty text as yes); anything but true or false is a one-line error naming the record."""
+    path = tmp_path / "sqa.json"
+    rows = [{"question": f"Q{i}?", "answer": a} for i, a in enumerate([False, "false", " True", "no", 1, 0])]
+    path.write_text(json.dumps(rows))
+    assert [(r["label"], r["answers"]) for r in load_dataset(path)] == [
+        (False, ["no"]), (False, ["no"]), (True, ["yes"]), (False, ["no"]), (True, ["yes"]), (False, ["no"])]
+    path.write_text(json.dumps(rows + [{"question": "Q?", "answer": "maybe"}]))
+    with pytest.raises(InputError, match="record 7 does not follow .*its answer 'maybe' is neither true nor false"):
+        load_dataset(path)
+
+
 def test_load_corpus_errors(tmp_path):
     with pytest.raises(InputError, match="nope.jsonl: no such corpus file or index directory; give a corpus file"):
         load_corpus(tmp_path / "nope.jsonl")

@@ -349,7 +349,11 @@ def test_signals_of_a_seakr_calibration_file():
     got = ev.signals(rows, resamples=100)
     assert got["method"] == "SeaKR" and set(got["signals"]) == {"eigen score U", "perplexity", ev.LENGTH}
     u = got["signals"]["eigen score U"]
-    # c has no finite U and is left out: wrong {2.0} vs right {-1.0, 0.5} -> 1
+    # c's U is infinite (null: no usable sample), the least sure: wrong {2.0, inf} vs right {-1.0, 0.5} -> 1
+    assert (u["n"], u["wrong"], u["auroc"]) == (4, 2, 1.0)
+    # a row whose trace holds no U at all is left out of U alone
+    rows[2] = {**rows[2], "trace": {k: v for k, v in rows[2]["trace"].items() if k != "score"}}
+    u = ev.signals(rows, resamples=10)["signals"]["eigen score U"]
     assert (u["n"], u["wrong"], u["auroc"]) == (3, 1, 1.0)
     # perplexity: wrong {1.1, 3.0} vs right {1.2, 1.5}: pairs 0, 0, 1, 1 -> 0.5
     p = got["signals"]["perplexity"]
@@ -373,19 +377,19 @@ def test_step_signals_against_cots_wrong_answers_and_where_retrieval_helps():
     got = ev.step_signals(seakr, cot, always, resamples=50)
     assert got["n"] == 5       # f failed; the second step's score is never read
     wrong, helps = got["targets"]["CoT's answer wrong"], got["targets"]["retrieving every step beats CoT's F1"]
-    # CoT wrong: b, d, e (c holds the gold answer). U, d left out (no finite score): wrong {1.0, 3.0} vs
-    # right {-2.0, 0.5}: every pair ordered -> 1.0
-    assert wrong["positives"] == 3 and wrong["signals"]["eigen score U"]["n"] == 4
+    # CoT wrong: b, d, e (c holds the gold answer). U, d's null read as +inf (no usable sample): wrong
+    # {1.0, inf, 3.0} vs right {-2.0, 0.5}: every pair ordered -> 1.0
+    assert wrong["positives"] == 3 and wrong["signals"]["eigen score U"]["n"] == 5
     assert wrong["signals"]["eigen score U"]["auroc"] == 1.0
     # first step's length: wrong {2 (b), 1 (d), 1 (e)} vs right {3 (a), 4 (c)}: no pair ordered -> 0.0
     assert wrong["signals"]["the step's length (words)"]["auroc"] == 0.0
     # the always run's F1 above CoT's: b (1 > 0) and d (1 > 0); c falls (0 < 0.67), a and e tie.
-    # U: helped {1.0} vs not {-2.0, 0.5, 3.0}: 2 of 3 pairs -> 0.667
-    assert helps["positives"] == 2 and helps["signals"]["eigen score U"]["auroc"] == 0.666667
-    # among CoT's wrong answers (b, e; d has no U): helped {1.0} vs not {3.0} -> 0.0
+    # U: helped {1.0, inf} vs not {-2.0, 0.5, 3.0}: 2 + 3 of 6 pairs -> 0.833
+    assert helps["positives"] == 2 and helps["signals"]["eigen score U"]["auroc"] == 0.833333
+    # among CoT's wrong answers (b, d, e): helped {1.0, inf} vs not {3.0} -> 0.5
     among = got["targets"]["the same, among CoT's wrong answers"]
-    assert among["positives"] == 2 and among["signals"]["eigen score U"]["n"] == 2
-    assert among["signals"]["eigen score U"]["auroc"] == 0.0
+    assert among["positives"] == 2 and among["signals"]["eigen score U"]["n"] == 3
+    assert among["signals"]["eigen score U"]["auroc"] == 0.5
     # its length: b (2 words, helped), d (1, helped) vs e (1, not): 1 + 0.5 of 2 pairs -> 0.75
     length = among["signals"]["the step's length (words)"]
     assert (length["n"], length["auroc"]) == (3, 0.75)
@@ -474,6 +478,11 @@ def test_signals_of_a_rowen_run_agree_with_detection_quality():
     # a --mode cl run has one Z: no hybrid signal is made up from a Z_CM it does not hold
     cl_only = [{**r, "trace": {**r["trace"], "mode": "cl", "z_cm": None, "z": r["trace"]["z_cl"]}} for r in rows]
     assert list(ev.signals(cl_only, resamples=10)["signals"]) == ["-Z_CL", ev.LENGTH]
+    # a row without a Z leaves that Z's AUROC, not the whole signal (Lyon's Z_CM missing: wrong {-1.0} vs
+    # right {-0.5, -1.0}: 0 + 0.5 of 2 pairs -> 0.25)
+    gap = [{**r, "trace": {**r["trace"], "z_cm": None, "z": None}} if r["id"] == "Lyon" else r for r in rows]
+    cm, hybrid = (ev.signals(gap, resamples=10)["signals"][k] for k in ("-Z_CM", "-Z_hybrid"))
+    assert (cm["n"], cm["wrong"], cm["auroc"]) == (3, 1, 0.25) and hybrid["n"] == 3
     # length of r0 (no chain of thought in these rows: the answer itself): wrong {1 (Lyon), 1 (Nice)} vs
     # right {1 (Paris), 3}: 0.5, 0, 0.5, 0 -> 0.25; a chain of thought, where the trace has one, is what counts
     assert got[ev.LENGTH]["auroc"] == 0.25
