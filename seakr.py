@@ -368,11 +368,9 @@ def solve_multihop(model, tok, bm25, prefix: str, question: str, s: Settings, bu
             full, query, hits = search(tok, bm25, c, question, steps, docs, searched)
             searched.add(full)
             entry.update(retrieved=True, query=query)
-            if not hits:                # a repeated query or no new passage ends the loop (official)
-                if every_step and (step_answer(c.gen) is not None or not should_retrieve(c.score, c.text, s.delta)):
-                    steps.append(c.text)   # the ablation [ours]: nothing new to read, the step goes as SeaKR's
-                    if step_answer(c.gen) is None and len(steps) < MAX_STEPS:      # would, not dropped
-                        continue
+            if not hits:                # a repeated query or no new passage: the step is dropped, the loop ends
+                if every_step and step_answer(c.gen) is not None:       # (official); the ablation's final
+                    steps.append(c.text)    # step, searched only in the ablation, still gives its answer [ours]
                 break
             hits = hits if s.rerank else hits[:1]       # "- S.A. Re-rank": BM25's first passage alone
             context = [passage_text(d) for d in docs]
