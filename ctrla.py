@@ -716,7 +716,7 @@ def solve(run: Run, rec: dict) -> dict:
                     continue        # the next segment reads these passages and is monitored
                 step["accepted"] = seg
         gen.append(seg)
-        if done or (task in MULTIHOP and metrics.names_answer(seg)):
+        if done or (task in MULTIHOP and metrics.answer_named(joined(gen))):
             break
         if kind == "popqa":  # official --continue_gen_without_contents (PopQA runs only)
             docs = []

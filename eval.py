@@ -105,6 +105,12 @@ def names_answer(text: str) -> bool:
     return bool(_DRAGIN_ANSWER_IS.search(text))
 
 
+def answer_named(text: str) -> bool:
+    """Whether a chain has named its answer: "the answer is" and an answer after it. A chain that stops at
+    "the answer is:" and a line break has named none yet: the model writes it on the next line."""
+    return names_answer(text) and dragin_answer(text) != ""
+
+
 def dragin_answer(text: str) -> str:
     """Multi-hop answer: the text after the first "the answer is" (DRAGIN), to the end of its line, else the
     whole text. Divergences: DRAGIN's evaluation reads on to the end of the reply (data.py

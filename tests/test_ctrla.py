@@ -934,6 +934,12 @@ def test_a_multihop_chain_that_names_no_answer_gets_draggins_forced_one(monkeypa
     run, _ = scripted(monkeypatch, ["Both are American.", "So the answer is yes.", "More."])
     res = ctrla.solve(run, {"id": "q", "question": q, "answers": ["yes"], "dataset": "hotpotqa"})
     assert res["prediction"] == "yes" and res["trace"]["forced"] is None and not calls
+    # "the answer is:" and a line break names no answer yet: the loop goes on to the line that holds it
+    # (it stopped there, and the prediction was "")
+    run, _ = scripted(monkeypatch, ["Both are American.", "Therefore, the answer is:\n\n", "**Yes**\n", "More."])
+    res = ctrla.solve(run, {"id": "q", "question": q, "answers": ["yes"], "dataset": "hotpotqa"})
+    assert res["trace"]["answer"].endswith("the answer is:\n\n**Yes**\n") and res["prediction"] == "**Yes**"
+    assert res["trace"]["forced"] is None and not calls and metrics.exact_match(res["prediction"], ["yes"])
     # other tasks keep their text and have no forced answer
     run, _ = scripted(monkeypatch, ["Henry is a politician."])
     res = ctrla.solve(run, {"id": "q", "question": "Who?", "answers": ["x"], "dataset": "triviaqa"})
