@@ -7,18 +7,15 @@
 #   cp results/2wikimultihopqa50-qwen2.5-coder-1.5b/* ../wt-runs2/results/2wikimultihopqa50-qwen2.5-coder-1.5b/
 #   source .venv/bin/activate && cd ../wt-runs2 && bash ../main/benchmarks/second_pin_plan.sh
 #
-# (and the same cp for hotpotqa50-$M and hotpotqa50-monitor-$M once their second-pin runs have begun).
-# Order: 2WikiMultihopQA's CoT and IRCoT, SeaKR at 2Wiki's second delta; HotpotQA's CtrlA, never and
-# always again with the monitor run over the new never run's chains (the README's headline rows); 2Wiki's
-# CtrlA, never and always; the "- S.A. Retrieval" ablation on 2Wiki last (the dearest run: about 7 h).
-# CtrlA forces the answer of a chain that names none in its loop at this commit, so no force_answers step.
+# Order: 2WikiMultihopQA's CoT and IRCoT, then SeaKR at 2Wiki's second delta. The runs planned after
+# those (CtrlA, never and always on HotpotQA and 2Wiki, the monitor run, the "- S.A. Retrieval" ablation)
+# moved to the third pin, which fixes what this commit would have run them with (third_pin_plan.sh).
 set -euo pipefail
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 MAIN=${MAIN:-$(cd "$(dirname "$0")/.." && pwd)}   # the main checkout: its analysis.py second-delta postdates the pin
 M=qwen2.5-coder-1.5b
 R=data/raw
 CACHE=${CACHE:-../call-cache}
-F=results/ctrla-features-$M.pt
 H=$R/hotpotqa/hotpot_dev_distractor_v1_100.json
 W=$R/2wikimultihopqa/2wikimultihopqa_dev_200.jsonl
 O=results/2wikimultihopqa50-$M
@@ -35,20 +32,6 @@ plan() {   # DATA OUT RUNS... [-- EXTRA...]: one run_all call of the pinned chec
     local data=$1 out=$2; shift 2
     python benchmarks/run_all.py --data "$data" --limit 50 --model $M --out "$out" --cache "$CACHE" "$@"
 }
-set_aside() {   # DIR RUN...: a CtrlA run file made at the first pin (its settings name another ctrla.py)
-    # moves with its settings and forced answers to DIR-062262b, where it stays as the README's history
-    local dir=$1 code; shift
-    code=$(sha256sum ctrla.py | cut -c1-16)
-    for run in "$@"; do
-        if [ -f "$dir/$run.settings.json" ] && ! grep -q "sha256 $code" "$dir/$run.settings.json"; then
-            mkdir -p "$dir-062262b"
-            for f in "$dir/$run.jsonl" "$dir/$run.settings.json" "$dir/$run.forced.jsonl" "$dir/$run.log"; do
-                if [ -f "$f" ]; then mv "$f" "$dir-062262b/"; fi
-            done
-            echo "moved the first pin's $dir/$run to $dir-062262b/"
-        fi
-    done
-}
 
 # 2WikiMultihopQA: the papers' baselines, then SeaKR at its second delta, by the rule HotpotQA's -0.99 came
 # from (analysis.py second-delta over the delta 0.41 run, which the first pin made and the table re-reads)
@@ -60,14 +43,4 @@ D2=$(python "$MAIN/analysis.py" second-delta $O/seakr-delta0.41.jsonl --delta 0.
 echo "SeaKR's second delta on 2WikiMultihopQA: $D2"
 plan "$W" $O --runs "seakr-delta$D2" --deltas="$D2" -- --dtype float32 --linear onednn
 
-# HotpotQA's CtrlA rows again, without the first pin's lost line breaks, and the monitor run over the
-# new never run's chains (the call cache serves them)
-set_aside results/hotpotqa50-$M ctrla ctrla-never ctrla-always
-plan "$H" results/hotpotqa50-$M --runs ctrla ctrla-never ctrla-always -- --dtype float32 --linear onednn --directions $F
-set_aside results/hotpotqa50-monitor-$M ctrla-monitor-only
-plan "$H" results/hotpotqa50-monitor-$M --runs ctrla-monitor-only -- --dtype float32 --linear onednn --directions $F
-
-# 2WikiMultihopQA: CtrlA, never, always; then the ablation
-plan "$W" $O --runs ctrla ctrla-never ctrla-always -- --dtype float32 --linear onednn --directions $F
-plan "$W" $O --runs seakr-no-sa-retrieval -- --dtype float32 --linear onednn
-echo "the second pin's runs are done"
+echo "the second pin's runs are done; the rest are the third pin's (benchmarks/third_pin_plan.sh)"

@@ -134,8 +134,8 @@ def test_table_gives_seakrs_threshold_from_a_calibration_file(tmp_path):
 
 @pytest.mark.parametrize("script, must", [
     ("baseline_plan.sh", {"cot", "ircot", "seakr-no-sa-retrieval", "ctrla-monitor-only", "rowen-hybrid-always"}),
-    ("second_pin_plan.sh", {"cot", "ircot", "seakr-no-sa-retrieval", "ctrla", "ctrla-never", "ctrla-always",
-                            "ctrla-monitor-only"})])
+    ("second_pin_plan.sh", {"cot", "ircot"}),
+    ("third_pin_plan.sh", {"seakr-no-sa-retrieval", "ctrla", "ctrla-never", "ctrla-always", "ctrla-monitor-only"})])
 def test_plan_script_parses_and_names_only_known_runs(script, must):
     import re
     import subprocess
@@ -489,28 +489,31 @@ def test_provenance_names_the_pinned_commit_of_each_run_or_its_note(tmp_path, mo
     assert run_all.code_ids(good) == at_head
 
 
-def test_second_pin_plan_sets_aside_only_the_first_pins_ctrla_files(tmp_path):
-    """set_aside moves a run whose settings name another ctrla.py, with its forced answers, to DIR-062262b;
-    a run of this ctrla.py stays, and a second call moves nothing."""
+@pytest.mark.parametrize("code_file, runs", [("ctrla.py", ("ctrla", "ctrla-never")),
+                                             ("seakr.py", ("seakr-no-sa-retrieval", "seakr-delta0.41"))])
+def test_third_pin_plan_sets_aside_only_the_first_pins_files(tmp_path, code_file, runs):
+    """set_aside moves a run whose settings name another CODE file's hash, with its forced answers, to
+    DIR-062262b; a run of this checkout's code stays, and a second call moves nothing."""
     import hashlib
     import re
     import subprocess
-    text = Path(run_all.__file__).with_name("second_pin_plan.sh").read_text()
+    text = Path(run_all.__file__).with_name("third_pin_plan.sh").read_text()
     function = re.search(r"^set_aside\(\) \{.*?^\}$", text, re.S | re.M)[0]
-    (tmp_path / "ctrla.py").write_text("pinned\n")
+    (tmp_path / code_file).write_text("pinned\n")
     code = hashlib.sha256(b"pinned\n").hexdigest()[:16]
     d = tmp_path / "results" / "d"
     d.mkdir(parents=True)
-    (d / "ctrla.settings.json").write_text('{"method code": "ctrla.py, 9 bytes, sha256 10563c93d5607f69"}')
-    (d / "ctrla-never.settings.json").write_text(f'{{"method code": "ctrla.py, 7 bytes, sha256 {code}"}}')
-    for name in ("ctrla.jsonl", "ctrla.forced.jsonl", "ctrla-never.jsonl"):
+    old, new = runs
+    (d / f"{old}.settings.json").write_text(f'{{"method code": "{code_file}, 9 bytes, sha256 10563c93d5607f69"}}')
+    (d / f"{new}.settings.json").write_text(f'{{"method code": "{code_file}, 7 bytes, sha256 {code}"}}')
+    for name in (f"{old}.jsonl", f"{old}.forced.jsonl", f"{new}.jsonl"):
         (d / name).write_text("{}\n")
     for _ in range(2):
-        subprocess.run(["bash", "-c", f"set -euo pipefail\n{function}\nset_aside results/d ctrla ctrla-never ctrla-always"],
+        subprocess.run(["bash", "-c", f"set -euo pipefail\n{function}\nset_aside {code_file} results/d {old} {new} x"],
                        cwd=tmp_path, check=True, capture_output=True)
-    assert sorted(p.name for p in d.iterdir()) == ["ctrla-never.jsonl", "ctrla-never.settings.json"]
+    assert sorted(p.name for p in d.iterdir()) == [f"{new}.jsonl", f"{new}.settings.json"]
     assert sorted(p.name for p in (tmp_path / "results" / "d-062262b").iterdir()) == [
-        "ctrla.forced.jsonl", "ctrla.jsonl", "ctrla.settings.json"]
+        f"{old}.forced.jsonl", f"{old}.jsonl", f"{old}.settings.json"]
 
 
 @pytest.mark.parametrize("dataset, metric, difference", [("popqa", "acc", 1.0), ("triviaqa", "acc", 1.0),

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The baseline table's runs at the third pinned commit, cd147d0 (results/README.md), after the second pin's
+# (second_pin_plan.sh), in order, one model job at a time, from a worktree at that commit; every run
+# resumes where its file ends and a finished run is skipped before its model loads, so running this again
+# goes on where it stopped. The commit holds what was fixed after the second pin and before these runs
+# began: CtrlA's chain that stopped at "the answer is:" and a line break with an empty answer, the
+# "- S.A. Retrieval" ablation's step that found nothing new (docs/seakr.md detail 18), retrieval's
+# analyzers checked against real Lucene (on these 50-question pools they differ on one HotpotQA passage).
+#
+#   git worktree add --detach ../wt-runs3 cd147d0       # once; then `make data` there (or DATA_FROM=...)
+#   for d in hotpotqa50 hotpotqa50-monitor 2wikimultihopqa50; do
+#       mkdir -p ../wt-runs3/results/$d-qwen2.5-coder-1.5b && cp -r results/$d-qwen2.5-coder-1.5b/. ../wt-runs3/results/$d-qwen2.5-coder-1.5b/; done
+#   source .venv/bin/activate && cd ../wt-runs3 && bash ../main/benchmarks/third_pin_plan.sh
+#
+# Order: HotpotQA's CtrlA, never and always again with the monitor run over the new never run's chains
+# (the README's headline rows); 2Wiki's CtrlA, never and always; the ablation on 2Wiki, then on HotpotQA
+# again (the dearest runs: about 7 h each). Copy each run file back into main as it grows. CtrlA forces the
+# answer of a chain that names none in its loop at this commit, so no force_answers step.
+set -euo pipefail
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+MAIN=${MAIN:-$(cd "$(dirname "$0")/.." && pwd)}
+M=qwen2.5-coder-1.5b
+R=data/raw
+CACHE=${CACHE:-../call-cache}
+F=results/ctrla-features-$M.pt
+H=$R/hotpotqa/hotpot_dev_distractor_v1_100.json
+W=$R/2wikimultihopqa/2wikimultihopqa_dev_200.jsonl
+O=results/2wikimultihopqa50-$M
+[ "$(git rev-parse --short=7 HEAD 2>/dev/null)" = cd147d0 ] \
+    || { echo "error: run from the worktree pinned at cd147d0 (git worktree add --detach ../wt-runs3 cd147d0)" >&2; exit 1; }
+[ -f "$H" ] && [ -f "$W" ] \
+    || { echo "error: no question files under $R: run make data here first (or DATA_FROM=DIR make data)" >&2; exit 1; }
+python -c "import torch, transformers" 2>/dev/null \
+    || { echo "error: no torch here: activate the project's environment first (source ../main/.venv/bin/activate)" >&2; exit 1; }
+# each run_all call ends with the directory's table, which checks every run file against the pinned commits:
+# the pinned checkout's list predates its own pin, so it reads this checkout's
+cp "$MAIN/results/provenance.json" results/provenance.json
+plan() {   # DATA OUT RUNS... [-- EXTRA...]: one run_all call of the pinned checkout, the table's fixed settings
+    local data=$1 out=$2; shift 2
+    python benchmarks/run_all.py --data "$data" --limit 50 --model $M --out "$out" --cache "$CACHE" "$@"
+}
+set_aside() {   # CODE DIR RUN...: a run file made by another CODE (the first pin's: its settings name another
+    # sha256) moves with its settings and forced answers to DIR-062262b, where it stays as the README's history
+    local file=$1 dir=$2 code; shift 2
+    code=$(sha256sum "$file" | cut -c1-16)
+    for run in "$@"; do
+        if [ -f "$dir/$run.settings.json" ] && ! grep -q "sha256 $code" "$dir/$run.settings.json"; then
+            mkdir -p "$dir-062262b"
+            for f in "$dir/$run.jsonl" "$dir/$run.settings.json" "$dir/$run.forced.jsonl" "$dir/$run.log"; do
+                if [ -f "$f" ]; then mv "$f" "$dir-062262b/"; fi
+            done
+            echo "moved the first pin's $dir/$run to $dir-062262b/"
+        fi
+    done
+}
+
+# HotpotQA's CtrlA rows again, without the first pin's lost line breaks, and the monitor run over the
+# new never run's chains (the call cache serves them)
+set_aside ctrla.py results/hotpotqa50-$M ctrla ctrla-never ctrla-always
+plan "$H" results/hotpotqa50-$M --runs ctrla ctrla-never ctrla-always -- --dtype float32 --linear onednn --directions $F
+set_aside ctrla.py results/hotpotqa50-monitor-$M ctrla-monitor-only
+plan "$H" results/hotpotqa50-monitor-$M --runs ctrla-monitor-only -- --dtype float32 --linear onednn --directions $F
+
+# 2WikiMultihopQA: CtrlA, never, always
+plan "$W" $O --runs ctrla ctrla-never ctrla-always -- --dtype float32 --linear onednn --directions $F
+
+# "- S.A. Retrieval": 2WikiMultihopQA's, then HotpotQA's again (the first pin's, which dropped a final step
+# whose search found nothing new, set aside)
+plan "$W" $O --runs seakr-no-sa-retrieval -- --dtype float32 --linear onednn
+set_aside seakr.py results/hotpotqa50-$M seakr-no-sa-retrieval
+plan "$H" results/hotpotqa50-$M --runs seakr-no-sa-retrieval -- --dtype float32 --linear onednn
+echo "the third pin's runs are done"
