@@ -10,28 +10,8 @@
 # Order: 2WikiMultihopQA's CoT and IRCoT, then SeaKR at 2Wiki's second delta. The runs planned after
 # those (CtrlA, never and always on HotpotQA and 2Wiki, the monitor run, the "- S.A. Retrieval" ablation)
 # moved to the third pin, which fixes what this commit would have run them with (third_pin_plan.sh).
-set -euo pipefail
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-MAIN=${MAIN:-$(cd "$(dirname "$0")/.." && pwd)}   # the main checkout: its analysis.py second-delta postdates the pin
-M=qwen2.5-coder-1.5b
-R=data/raw
-CACHE=${CACHE:-../call-cache}
-H=$R/hotpotqa/hotpot_dev_distractor_v1_100.json
-W=$R/2wikimultihopqa/2wikimultihopqa_dev_200.jsonl
-O=results/2wikimultihopqa50-$M
-[ "$(git rev-parse --short=7 HEAD 2>/dev/null)" = e860858 ] \
-    || { echo "error: run from the worktree pinned at e860858 (git worktree add --detach ../wt-runs2 e860858)" >&2; exit 1; }
-[ -f "$H" ] && [ -f "$W" ] \
-    || { echo "error: no question files under $R: run make data here first (or DATA_FROM=DIR make data)" >&2; exit 1; }
-python -c "import torch, transformers" 2>/dev/null \
-    || { echo "error: no torch here: activate the project's environment first (source ../main/.venv/bin/activate)" >&2; exit 1; }
-# each run_all call ends with the directory's table, which checks every run file against the pinned commits:
-# the pinned checkout's list predates its own pin, so it reads this checkout's
-cp "$MAIN/results/provenance.json" results/provenance.json
-plan() {   # DATA OUT RUNS... [-- EXTRA...]: one run_all call of the pinned checkout, the table's fixed settings
-    local data=$1 out=$2; shift 2
-    python benchmarks/run_all.py --data "$data" --limit 50 --model $M --out "$out" --cache "$CACHE" "$@"
-}
+PIN=e860858
+source "$(dirname "$0")/pinned.sh"
 
 # 2WikiMultihopQA: the papers' baselines, then SeaKR at its second delta, by the rule HotpotQA's -0.99 came
 # from (analysis.py second-delta over the delta 0.41 run, which the first pin made and the table re-reads)

@@ -16,29 +16,9 @@
 # (the README's headline rows); 2Wiki's CtrlA, never and always; the ablation on 2Wiki, then on HotpotQA
 # again (the dearest runs: about 7 h each). Copy each run file back into main as it grows. CtrlA forces the
 # answer of a chain that names none in its loop at this commit, so no force_answers step.
-set -euo pipefail
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-MAIN=${MAIN:-$(cd "$(dirname "$0")/.." && pwd)}
-M=qwen2.5-coder-1.5b
-R=data/raw
-CACHE=${CACHE:-../call-cache}
-F=results/ctrla-features-$M.pt
-H=$R/hotpotqa/hotpot_dev_distractor_v1_100.json
-W=$R/2wikimultihopqa/2wikimultihopqa_dev_200.jsonl
-O=results/2wikimultihopqa50-$M
-[ "$(git rev-parse --short=7 HEAD 2>/dev/null)" = cd147d0 ] \
-    || { echo "error: run from the worktree pinned at cd147d0 (git worktree add --detach ../wt-runs3 cd147d0)" >&2; exit 1; }
-[ -f "$H" ] && [ -f "$W" ] \
-    || { echo "error: no question files under $R: run make data here first (or DATA_FROM=DIR make data)" >&2; exit 1; }
-python -c "import torch, transformers" 2>/dev/null \
-    || { echo "error: no torch here: activate the project's environment first (source ../main/.venv/bin/activate)" >&2; exit 1; }
-# each run_all call ends with the directory's table, which checks every run file against the pinned commits:
-# the pinned checkout's list predates its own pin, so it reads this checkout's
-cp "$MAIN/results/provenance.json" results/provenance.json
-plan() {   # DATA OUT RUNS... [-- EXTRA...]: one run_all call of the pinned checkout, the table's fixed settings
-    local data=$1 out=$2; shift 2
-    python benchmarks/run_all.py --data "$data" --limit 50 --model $M --out "$out" --cache "$CACHE" "$@"
-}
+PIN=cd147d0
+source "$(dirname "$0")/pinned.sh"
+
 set_aside() {   # CODE DIR RUN...: a run file made by another CODE (the first pin's: its settings name another
     # sha256) moves with its settings and forced answers to DIR-062262b, where it stays as the README's history
     local file=$1 dir=$2 code; shift 2
