@@ -104,7 +104,10 @@ def _dataset_path(name_or_path):
 
 def _read_json_rows(path):
     """The records of a JSON file (a list, or SQuAD's {"version", "data": [...]}) or JSONL file."""
-    text = path.read_text(encoding="utf-8-sig")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") from None
     if not text.strip():
         raise InputError(f"{path} is empty; pass a data file with at least one question")
     try:
@@ -178,6 +181,9 @@ def _record(kind, qid, question, answers, contexts=None, **extra):
     has it (2 of HotpotQA dev's first 50 questions end in a space: SeaKR's official prompt reads
     "? \nAnswer:" there, ours "?\nAnswer:")."""
     answers = [answers] if isinstance(answers, str) else answers  # a lone answer, not a list
+    answers = answers["text"] if isinstance(answers, dict) and "text" in answers else answers   # HF SQuAD's
+    if not isinstance(answers, (list, tuple)) or any(isinstance(a, (dict, list)) for a in answers):
+        raise TypeError(f"its answers {str(answers)[:60]} are not a list of answer texts")
     answers = dict.fromkeys(s for s in (str(a).strip() for a in answers if a is not None) if s)
     record = {"id": None if qid is None else str(qid), "question": str(question).strip(),
               "answers": list(answers), "dataset": kind}
@@ -217,8 +223,11 @@ def _aliases(path):
 
 
 def _from_2wiki(row, kind, aliases):
-    """2WikiMultihopQA official dev JSON; its sentences have no leading space, so join with " "."""
-    titles, sentences = [c[0] for c in row["context"]], [c[1] for c in row["context"]]
+    """2WikiMultihopQA official dev JSON (or a context {title, sentences}, as HF's HotpotQA); its sentences
+    have no leading space, so join with " "."""
+    ctx = row["context"]
+    titles, sentences = ((ctx["title"], ctx["sentences"]) if isinstance(ctx, dict)
+                         else ([c[0] for c in ctx], [c[1] for c in ctx]))
     answers = [row["answer"]] + aliases.get(row.get("answer_id"), [])
     return [_record(kind, row["_id"], row["question"], answers, _paragraphs(titles, sentences, " "),
                     answer=row["answer"], **_pick(row, "type"))]
@@ -316,8 +325,9 @@ def _from_bio(row, kind):
 
 
 def _from_truthfulqa(row, kind):
-    """Rowen's TruthfulQA JSON; answers are the "; "-separated correct answers, best included."""
-    split = lambda s: [a.strip() for a in s.split("; ") if a.strip()]
+    """Rowen's TruthfulQA JSON; answers are the ";"-separated correct answers, best included (a few end in
+    ";" with no space after it: "America;")."""
+    split = lambda s: [a.strip() for a in s.split(";") if a.strip()]
     best = row["Best Answer"].strip()
     correct = split(row["Correct Answers"])
     correct = correct if best in correct else [best] + correct

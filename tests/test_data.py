@@ -159,6 +159,36 @@ def test_2wiki_official_with_aliases():
                                             "It was directed by Steven Spielberg.")
 
 
+def test_2wiki_with_a_context_of_title_and_sentence_lists(tmp_path):
+    """A 2WikiMultihopQA record whose context is {title: [...], sentences: [...]} (HF's HotpotQA layout) reads
+    the same paragraphs; its keys were read as two one-character titles."""
+    rows = json.loads((FIXTURES / "2wiki" / "dev.json").read_text())
+    for r in rows:
+        r["context"] = {"title": [c[0] for c in r["context"]], "sentences": [c[1] for c in r["context"]]}
+    (tmp_path / "dev.json").write_text(json.dumps(rows))
+    assert [r["contexts"] for r in load_dataset(tmp_path / "dev.json")] == \
+        [r["contexts"] for r in load_dataset(FIXTURES / "2wiki" / "dev.json")]
+
+
+def test_answers_that_are_not_a_list_of_texts(tmp_path):
+    """HF SQuAD's answers {text: [...], answer_start: [...]} read their texts (its keys were the gold answers);
+    a nested list is a one-line error naming the record."""
+    path = tmp_path / "squad_hf.jsonl"
+    path.write_text(json.dumps({"id": "s1", "question": "Who won?", "answers": {"text": ["Denver Broncos",
+                                "Denver Broncos"], "answer_start": [177, 177]}}) + "\n")
+    assert load_dataset(path)[0]["answers"] == ["Denver Broncos"]
+    path.write_text(json.dumps({"question": "Q?", "answers": [["a", "b"]]}) + "\n")
+    with pytest.raises(InputError, match=r"record 1 does not follow .*its answers \[\['a', 'b'\]\] are not a list"):
+        load_dataset(path)
+
+
+def test_a_question_file_not_in_utf8_is_a_one_line_error(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes('{"question": "Où est Paris ?", "answers": ["France"]}\n'.encode("latin-1"))
+    with pytest.raises(InputError, match=r"latin1.jsonl: not UTF-8 text \(invalid start byte at byte 15\); save it as UTF-8$"):
+        load_dataset(path)
+
+
 def test_2wiki_without_aliases_file(tmp_path):
     shutil.copy(FIXTURES / "2wiki" / "dev.json", tmp_path / "dev.json")
     assert load_dataset(tmp_path / "dev.json")[0]["answers"] == ["Arnold Spielberg"]
@@ -286,7 +316,7 @@ def test_statement_files_and_word_lists(tmp_path):
         questions.word_list(tmp_path / "nothing.txt")
 
 
-def test_rowen_files():
+def test_rowen_files(tmp_path):
     tqa = load_dataset(FIXTURES / "rowen_truthfulqa.json")
     assert tqa[0]["dataset"] == "truthfulqa" and tqa[0]["id"] == "truthfulqa-0"
     assert tqa[0]["answers"] == ["Nothing happens", "It passes through your digestive system",
@@ -296,6 +326,12 @@ def test_rowen_files():
     # best answer not among the correct ones: put first
     assert tqa[1]["correct_answers"][0] == tqa[1]["best_answer"] == \
         "Yes, lightning can strike the same place twice"
+    # an answer followed by ";" with no space (21 of TruthfulQA's 817 questions): "America;" was an answer
+    path = tmp_path / "tqa.json"
+    path.write_text(json.dumps([{"Question": "Q?", "Best Answer": "America", "Correct Answers": "America; US;",
+                                 "Incorrect Answers": "Canada;Mexico", "Category": "c"}]))
+    [row] = load_dataset(path)
+    assert row["correct_answers"] == ["America", "US"] and row["incorrect_answers"] == ["Canada", "Mexico"]
     sqa = load_dataset(FIXTURES / "rowen_strategyqa.json")
     assert [(r["label"], r["answers"]) for r in sqa] == [(False, ["no"]), (True, ["yes"])]
     assert sqa[0]["dataset"] == "strategyqa" and sqa[0]["target"].startswith("No.")
