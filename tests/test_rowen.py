@@ -888,7 +888,7 @@ def test_threshold_for_rate_by_hand():
     assert analysis.threshold_for_rate([0] * 9 + [1] * 2 + [2] * 39, 0.2)["rate"] == 0.18    # not 0.22
 
 
-def test_a_redone_stage_3_reads_its_verifier_from_its_source_run_and_failed_rows_are_left_out(tmp_path):
+def test_a_redone_stage_3_reads_its_verifier_from_its_source_run_and_failed_rows_are_left_out(tmp_path, monkeypatch):
     # benchmarks/repair_again.py's settings name --repair-again, not --verifier: the pair (and so the calibrated
     # hybrid threshold) is the source run's; a failed question is left out of `modes`, and said
     (tmp_path / "src.settings.json").write_text(json.dumps({"--model": "m", "--verifier": "v"}))
@@ -901,6 +901,12 @@ def test_a_redone_stage_3_reads_its_verifier_from_its_source_run_and_failed_rows
     (tmp_path / "run.settings.json").write_text((shipped / "rowen-hybrid-always.settings.json").read_text())
     text = analysis.report(tmp_path / "run.jsonl")
     assert text.startswith("1 failed question left out") and "below threshold 0.92" in text
+    # the shipped redo names its source from the project's root: read from any directory, the same pair
+    # (from elsewhere it gave (M, None), and so the default 0.5 where the pair's 0.92 applies)
+    redo = shipped / "rowen-hybrid-always-repair-official.jsonl"
+    at_root = analysis.run_models(redo)
+    monkeypatch.chdir(tmp_path)
+    assert analysis.run_models(redo) == at_root == ("qwen2.5-coder-1.5b", "smollm2-135m")
 
 def test_calibrated_pair_gets_its_threshold_and_the_paper_rate_is_read_from_z(tmp_path, capsys):
     pair = ("qwen2.5-coder-1.5b", "smollm2-135m")

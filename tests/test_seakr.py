@@ -55,7 +55,7 @@ def test_threshold_table_hand_computed():
     assert first["acc_retrieved"] == pytest.approx(1 / 18) and first["n_kept"] == 2
     assert t["gap"] == 3 and t["gap_points"] == pytest.approx(100.0)   # all right kept, none retrieved
     assert t["paper"] == 14          # kept 3 of 14 right (78.6% wrong); at 15, 80% wrong: not under 80%
-    assert (t["n"], t["n_right"], t["min"], t["median"], t["max"]) == (20, 3, 1.0, 11.0, 20.0)
+    assert (t["n"], t["n_right"], t["min"], t["median"], t["max"]) == (20, 3, 1.0, 10.5, 20.0)   # was 11.0
     # only the most uncertain question right: the paper's condition is met nowhere; sides >= 10% each
     t = analysis.threshold_table([(float(i), i == 20) for i in range(1, 21)])
     assert t["paper"] is None and t["gap"] == 2
@@ -73,6 +73,7 @@ def test_calibration_pairs_reads_both_layouts_and_skips_what_has_no_score():
     rows = [{"id": "a", "prediction": "Paris, France", "answers": ["Paris"], "trace": {"score": 1.5}},
             {"id": "b", "prediction": "Lyon", "answers": ["Paris"], "trace": {"score": 2.5}},
             {"id": "c", "prediction": "x", "answers": ["x"], "trace": {"score": None}},      # +inf: skipped
+            {"id": "c2", "prediction": "x", "answers": ["x"], "trace": {"score": float("nan")}},   # was read
             {"id": "d", "score": 0.5, "answer": "1955", "right": True},                      # older layout
             {"id": "e", "score": float("nan"), "answer": "", "right": False},
             {"id": "f", "error": "boom", "score": 1.0, "right": True}]
