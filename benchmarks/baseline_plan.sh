@@ -40,17 +40,10 @@ echo "SeaKR delta: $D"
 python benchmarks/run_all.py --data "$H" --limit 50 --model $M --out results/hotpotqa50-$M \
     --deltas "$D" --taus --runs "seakr-delta$D" cot ircot seakr-no-sa-retrieval \
     --cache "$CACHE" -- --dtype float32 --linear onednn
-second_delta() {   # FILE D: from the first run's first-step eigen scores, a delta that keeps half as many
-    python - "$1" "$2" <<'PY'
-import sys
-import eval
-first = sorted(r["trace"]["steps"][0]["score"] for r in eval.read_rows(sys.argv[1])
-               if r.get("trace", {}).get("steps") and r["trace"]["steps"][0]["score"] is not None)
-kept = sum(s <= float(sys.argv[2]) for s in first)     # first steps that D does not send to retrieval
-print("%g" % round(first[max(0, kept // 2 - 1)], 2))   # D2 keeps the lowest half of those
-PY
-}
-D2=$(second_delta results/hotpotqa50-$M/seakr-delta$D.jsonl "$D")
+# the second delta from the first run's first-step eigen scores (analysis.py second-delta, main's: the rule
+# the second pin's runs follow too)
+D2=$(python "$(dirname "$0")/../analysis.py" second-delta results/hotpotqa50-$M/seakr-delta$D.jsonl --delta "$D" \
+     | sed -nE 's/^second delta ([-0-9.]+):.*/\1/p')
 echo "SeaKR second delta: $D2"
 python benchmarks/run_all.py --data "$H" --limit 50 --model $M --out results/hotpotqa50-$M \
     --deltas "$D2" --taus --runs "seakr-delta$D2" --cache "$CACHE" -- --dtype float32 --linear onednn
