@@ -410,11 +410,14 @@ def step_signal_text(method: str, name: str, found: dict) -> str:
     against = "the ablation" if method == "SeaKR" else always
     left = (f" {found['differs']} question(s) whose {label} run does not begin with that {unit} are left out."
             if found.get("differs") else "")
+    helps = (f" and against retrieving at every {unit} ({against}) beating {label}'s F1 (over all {found['n']} "
+             f"questions, then over those {label} gets wrong)" if len(found["targets"]) > 1 else
+             f" (over all {found['n']} questions; against where retrieving at every {unit} helps once {against} "
+             f"has run)")
     lines = [f"{method}'s step signal on these questions (`eval.step_signals`, {score} read from {name}; the first "
              f"{unit} comes before any retrieval and is {label}'s first sentence, so every {method} run here "
-             f"scores it alike): {what}, against {label}'s answer being wrong and against retrieving at every "
-             f"{unit} ({against}) beating {label}'s F1 (over all {found['n']} questions, then over those {label} "
-             f"gets wrong); AUROC 0.5 = no signal.{left}", "",
+             f"scores it alike): {what}, against {label}'s answer being wrong{helps}; AUROC 0.5 = no signal.{left}",
+             "",
              "| target | questions | signal | AUROC | 95% interval |", "|---|---:|---|---:|---:|"]
     for target, t in found["targets"].items():
         for sig, v in t["signals"].items():

@@ -526,3 +526,13 @@ def test_ctrla_pairs_compare_by_accuracy_on_short_form_qa(tmp_path, dataset, met
     rows = run_all.table_rows(argparse.Namespace(out=tmp_path, runs=["all"], deltas=[], taus=[], zs=[]))
     (label, base, d), = run_all.paired_rows(rows)
     assert (d["metric"], d["n"]) == (metric, 1) and d["difference"] == pytest.approx(difference)
+
+
+def test_step_signal_text_names_the_ablation_target_only_where_it_is_read():
+    """Without the ablation's run there is one target: the text does not describe a second one it lacks."""
+    t = {"positives": 3, "signals": {"eigen score U": {"n": 5, "auroc": 0.75, "interval": [0.5, 1.0]}}}
+    one = run_all.step_signal_text("SeaKR", "seakr-delta0.41", {"n": 5, "targets": {"CoT's answer wrong": t}})
+    two = run_all.step_signal_text("SeaKR", "seakr-delta0.41", {"n": 5, "targets": {
+        "CoT's answer wrong": t, "retrieving every step beats CoT's F1": t}})
+    assert "beating" not in one and "once the ablation has run" in one and "| CoT's answer wrong | 3 of 5 |" in one
+    assert "(the ablation) beating CoT's F1" in two and two.count("| eigen score U | 0.750 | 0.50 to 1.00 |") == 2
