@@ -253,8 +253,8 @@ def threshold_for_rate(zs: list[float], rate: float) -> dict | None:
 
 
 def rows_task(rows) -> str | None:
-    """The task of a run's rows (their traces'), None where they hold several or none."""
-    tasks = {r.get("trace", {}).get("task") for r in rows}
+    """The task of a run's rows (their traces', a failed row's none), None where they hold several or none."""
+    tasks = {r.get("trace", {}).get("task") for r in rows if "error" not in r}
     return tasks.pop() if len(tasks) == 1 else None
 
 
@@ -270,9 +270,13 @@ def at_threshold(rows, mode, threshold):
     --retrieve always` run. Every mode draws the same perturbations (same seed) and gets the same greedy
     answers and verdicts, and retrieval repairs with the same greedy call, so the prediction is the
     run's repaired answer iff Z_mode < threshold, else r0 (exactly what a run of that mode returns).
-    Model calls and seconds stay those of the hybrid run (a CL-only run makes fewer)."""
+    Model calls and seconds stay those of the hybrid run (a CL-only run makes fewer). A failed question
+    stays as it failed (wrong in every mode, as in the run's own row)."""
     out = []
     for row in rows:
+        if "error" in row:
+            out.append(row)
+            continue
         tr = row["trace"]
         if tr.get("z_cl") is None or tr.get("z_cm") is None or not tr.get("retrieved"):
             raise common.InputError(f"{row['id']}: not from a --mode hybrid --retrieve always run")

@@ -536,3 +536,19 @@ def test_step_signal_text_names_the_ablation_target_only_where_it_is_read():
         "CoT's answer wrong": t, "retrieving every step beats CoT's F1": t}})
     assert "beating" not in one and "once the ablation has run" in one and "| CoT's answer wrong | 3 of 5 |" in one
     assert "(the ablation) beating CoT's F1" in two and two.count("| eigen score U | 0.750 | 0.50 to 1.00 |") == 2
+
+
+def test_a_failed_question_in_rowens_adaptive_run_counts_wrong_in_every_mode(tmp_path):
+    """The modes re-read from the hybrid always run keep a failed row as it failed (a KeyError on its missing
+    trace before), and the run's task, and so its thresholds, come from the rows that have a trace (a failed
+    row made it None: threshold 0.5 for the pair's 0.92)."""
+    shipped = Path(run_all.__file__).parents[1] / "results" / "strategyqa50-qwen2.5-coder-1.5b"
+    for suffix in (".jsonl", ".settings.json"):
+        (tmp_path / f"rowen-hybrid-always{suffix}").write_text((shipped / f"rowen-hybrid-always{suffix}").read_text())
+    with open(tmp_path / "rowen-hybrid-always.jsonl", "a") as f:
+        f.write(json.dumps({"id": "x", "question": "Q?", "answers": ["yes"], "label": True, "dataset": "strategyqa",
+                            "prediction": "", "error": "too long"}) + "\n")
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    table = (tmp_path / "table.md").read_text()
+    # 23 of 50 right at 0.92 (46.0), now of 51; 7 of 50 retrieve, now of 51
+    assert "| Rowen-Hybrid (threshold 0.92) | 51 | 45.1 | 13.7 |" in table
