@@ -140,10 +140,21 @@ def verify_embedded(cache_dir: Path, aliases=None) -> None:
         print(f"{alias}: {path} verified ({EMBEDDED[alias]['size']:,} bytes, sha256 {EMBEDDED[alias]['sha256']})")
 
 
+# The conversion's recipe, named in its folder (with transformers' version): a new recipe or transformers
+# converts anew into a folder of its own, and an older checkout (a pinned run's) keeps reading its own.
+# 2: Gemma-3's tokenizer adds its BOS, as its GGUF says (add_bos_token), where a raw prompt went without it;
+# Qwen2.5's turn ends at <|endoftext|> too, as Qwen's generation_config.json has it.
+CONVERSION = 2
+
+
 def convert_embedded(alias: str, cache_dir: Path) -> Path:
-    """Convert an embedded GGUF model to the Hugging Face format once, into cache_dir/models/ALIAS; later
-    loads take seconds."""
-    out = cache_dir / "models" / alias
+    """Convert an embedded GGUF model to the Hugging Face format once, into cache_dir/models/ALIAS-cN-tfV
+    (N: CONVERSION, V: transformers' version); later loads take seconds."""
+    import shutil
+    import tempfile
+
+    import transformers
+    out = cache_dir / "models" / f"{alias}-c{CONVERSION}-tf{transformers.__version__}"
     if (out / "config.json").exists():
         return out
     gguf = _gguf_path(alias, cache_dir)     # verified here, before transformers opens it
@@ -155,10 +166,20 @@ def convert_embedded(alias: str, cache_dir: Path) -> Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tmp = out.with_name(out.name + ".tmp")
+    if model.config.model_type.startswith("gemma"):
+        tok.add_bos_token = True
+    if model.config.model_type == "qwen2":
+        model.generation_config.eos_token_id = [tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{alias}-"))     # a folder of this process's own
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    tmp.rename(out)
+    try:
+        tmp.rename(out)
+    except OSError:     # another process converted it meanwhile: theirs stands
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (out / "config.json").exists():
+            raise InputError(f"{out} exists without a model in it; delete it and run again") from None
     return out
 
 

@@ -338,3 +338,43 @@ def test_settings_record_the_kernel_and_a_resume_with_another_is_refused(tmp_pat
     common.run(_run_args(tmp_path, limit=1, linear="onednn", overwrite=True), "fake", answer)
     monkeypatch.setattr(models, "cpu_flags", lambda: "fpu avx2 fma")
     common.run(_run_args(tmp_path, limit=2, linear="onednn"), "fake", answer)
+
+
+@pytest.mark.parametrize("model_type, bos, eos", [("gemma3_text", True, 7), ("qwen2", False, [7, 8]),
+                                                  ("llama", False, 7)])
+def test_conversion_recipe_bos_and_turn_ends_in_a_folder_of_its_own(fake_alias, monkeypatch, model_type, bos, eos):
+    """Gemma-3's GGUF asks for BOS (add_bos_token), which transformers' conversion drops, so a raw prompt went
+    without it; Qwen2.5's turn ends at <|im_end|> and <|endoftext|> (its generation_config.json), the
+    conversion kept the first. The folder names the recipe and transformers' version, so an older checkout
+    keeps its own; a second call converts nothing."""
+    import json
+    import types
+    from pathlib import Path
+
+    import transformers
+    saved = []
+
+    class Tok:
+        add_bos_token = False
+
+        def convert_tokens_to_ids(self, t):
+            return {"<|im_end|>": 7, "<|endoftext|>": 8}[t]
+
+        def save_pretrained(self, d):
+            (Path(d) / "tok.json").write_text(json.dumps({"add_bos_token": self.add_bos_token}))
+
+    class Model:
+        config = types.SimpleNamespace(model_type=model_type)
+        generation_config = types.SimpleNamespace(eos_token_id=7)
+
+        def save_pretrained(self, d):
+            saved.append(d)
+            (Path(d) / "config.json").write_text(json.dumps({"eos": self.generation_config.eos_token_id}))
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: Tok())
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: Model())
+    out = common.model_path("fake")
+    assert out.name == f"fake-c{models.CONVERSION}-tf{transformers.__version__}" and models.CONVERSION == 2
+    assert json.loads((out / "tok.json").read_text()) == {"add_bos_token": bos}
+    assert json.loads((out / "config.json").read_text()) == {"eos": eos}
+    assert common.model_path("fake") == out and len(saved) == 1
+    assert [p.name for p in out.parent.iterdir()] == [out.name]         # no temporary folder left
