@@ -149,7 +149,7 @@ def main():
     else:
         peak = peak_memory_child(a)
     figures = {"model": a.model, "device": str(model.device), "dtype": str(model.dtype).removeprefix("torch."),
-               "machine": torch.cuda.get_device_name() if cuda else common.CPU,
+               "machine": torch.cuda.get_device_name() if cuda else common.cpu_name(),
                "prompt_tokens": n_prompt, "k": a.k, "new_tokens": a.new,
                "threads": torch.get_num_threads(), "repeats": a.repeats,
                "generate_s": round(med["generate"], 3), "ours_s": round(med["ours"], 3),

@@ -60,16 +60,16 @@ def side_settings(args) -> None:
     path.write_text(json.dumps(now, indent=1) + "\n")
 
 
-def force_run(model, tok, path: Path, todo: list[dict]) -> Path:
+def force_run(model, tok, path: Path, todo: list[dict], where: str) -> Path:
     """Each row of `todo` gets ctrla.force_answer's continuation, written as {id, forced, seconds, cpu} to the
-    side file as it comes."""
+    side file as it comes (cpu: `where`, the machine that computes it: common.machine)."""
     side = metrics.side_file(path)
     with open(side, "a", encoding="utf-8") as f:
         for r in todo:
             start = time.perf_counter()
             forced = ctrla.force_answer(model, tok, r["trace"]["task"], r["question"], r["trace"]["answer"])
             f.write(json.dumps({"id": r["id"], "forced": forced, "seconds": round(time.perf_counter() - start, 3),
-                                "cpu": common.CPU}) + "\n")
+                                "cpu": where}) + "\n")
             f.flush()
     return side
 
@@ -84,7 +84,8 @@ def main(argv=None):
     if todo:
         side_settings(args)
         model, tok = common.load_model(args.model, args.dtype, args.device)
-        print(f"wrote {force_run(model, tok, args.run, todo)}", file=sys.stderr)
+        side = force_run(model, tok, args.run, todo, common.machine(common.resolve_device(args.device)))
+        print(f"wrote {side}", file=sys.stderr)
 
 
 if __name__ == "__main__":

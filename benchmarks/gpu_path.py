@@ -151,7 +151,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     tokenizer = Path(a.tokenizer) if a.tokenizer else Path(common.model_path("qwen2.5-coder-1.5b"))
-    summary = {"shape": a.shape, "device": torch.cuda.get_device_name() if device == "cuda" else common.CPU,
+    summary = {"shape": a.shape, "device": torch.cuda.get_device_name() if device == "cuda" else common.cpu_name(),
                "torch": torch.__version__, "transformers": transformers.__version__,
                "python": platform.python_version(), "steps": []}
     save = lambda: (out / "gpu_path.json").write_text(json.dumps(summary, indent=1) + "\n")  # noqa: E731

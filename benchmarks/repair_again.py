@@ -114,8 +114,9 @@ def main(argv=None):
                              f"{now[key]}; redo its repair where it ran")
     if args.cache:
         common.check_cache_dir(args.cache)
-    if (cpus := {r.get("cpu") for r in rows} - {None, common.CPU}):
-        print(f"note: {source.name} ran on {', '.join(sorted(cpus))}, this is {common.CPU}: a kernel's rounding "
+    here = common.machine(common.resolve_device(redo.device))
+    if (cpus := {r.get("cpu") for r in rows} - {None, here}):
+        print(f"note: {source.name} ran on {', '.join(sorted(cpus))}, this is {here}: a kernel's rounding "
               "differs between processors, so a repair output may differ for that alone", file=sys.stderr)
     asked, done = rows[:args.limit][args.skip:], set()
     # before the model loads, as common.check_inputs does for a run: a changed setting is refused, finished rows skipped
