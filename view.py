@@ -76,9 +76,12 @@ def read_json(path: Path):
     if not path.exists():
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        found = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise InputError(f"{path}: cannot read ({e}); fix or delete that file") from None
+    if not isinstance(found, dict):
+        raise InputError(f"{path}: not a JSON object ({type(found).__name__}); fix or delete that file")
+    return found
 
 
 def load_run(path: Path) -> dict:
@@ -382,7 +385,8 @@ def ctrla_words(seg: dict, top: float) -> str:
     flagged = list(seg.get("unconfident_words") or [])
     out = []
     for word, low, toks in word_scores(seg.get("segment") or "", seg.get("tokens") or [], seg.get("scores") or []):
-        mark = bool(flagged) and word == flagged[0]
+        # the copy flagged: the monitor flags a word with an unconfident token, not an earlier confident copy
+        mark = bool(flagged) and word == flagged[0] and low is not None and low < 0
         if mark:
             flagged.pop(0)
         state = ("flagged: unconfident and new information" if mark else

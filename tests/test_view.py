@@ -154,6 +154,22 @@ def test_ctrla_shades_each_word_by_its_score_and_marks_the_flagged_words(tmp_pat
     assert "Kept: " in html and "born in New York" in html and "Ed Wood (film)" in html
 
 
+def test_ctrla_marks_the_flagged_copy_of_a_repeated_word(tmp_path):
+    """'man' twice, the second unconfident and flagged: the second is marked (the first was, with its +1.1)."""
+    seg = {"segment": "a man who is a man", "trigger": "confidence", "tokens": [" a", " man", " who", " is", " a",
+           " man"], "scores": [0.5, 1.1, 0.4, 0.3, 0.2, -1.1], "unconfident_words": ["man"]}
+    html = page(tmp_path, ("ctrla", [{**CTRLA, "trace": {**CTRLA["trace"], "segments": [seg]}}], {"--query": "tvq"}))
+    assert re.findall(r'<mark class="w flag"[^>]*>([^<]*)<sub class="ws">([^<]*)</sub>', html) == [("man", "-1.1")]
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '"text"'])
+def test_a_settings_file_that_is_not_an_object_is_a_one_line_error(tmp_path, text):
+    path = write_run(tmp_path / "run.jsonl", [CTRLA])
+    (tmp_path / "run.settings.json").write_text(text)
+    with pytest.raises(view.InputError, match=r"run.settings.json: not a JSON object \((list|str)\); fix or delete"):
+        view.load_run(path)
+
+
 def test_rowen_shows_perturbations_answers_in_two_languages_verdicts_and_z_against_the_threshold(tmp_path):
     html = page(tmp_path, ("rowen", [ROWEN], {"--target-language": "Chinese"}))
     assert shown(html, "z") == ["0.5", "0.5", "1"] and shown(html, "threshold") == ["1.4"]
