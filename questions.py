@@ -19,8 +19,10 @@ import os
 import sys
 import urllib.request
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache, partial
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from tqdm import tqdm
 
@@ -351,7 +353,7 @@ def _from_strategyqa(row, kind):
 
 
 # ---------------------------------------------------------------------------------------------
-# Other data files a method reads: statement files (CSV) and word lists
+# Other data files a method reads: statement files (CSV), word lists, JSON; and FreshQA's date
 # ---------------------------------------------------------------------------------------------
 
 def label_is_one(value) -> bool:
@@ -390,6 +392,24 @@ def word_list(path: Path) -> tuple[str, ...]:
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e!r}); restore data/") from None
     return tuple(w for w in lines if w and not w.startswith("#"))
+
+
+def data_json(path: Path, what: str, pick=lambda data: data):
+    """pick(the JSON of one of our data files): a file that cannot be read, or whose content pick cannot
+    read (a key missing, an assert failing), is a one-line error naming `what` was looked for."""
+    try:
+        return pick(json.loads(Path(path).read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AssertionError) as e:
+        raise InputError(f"{path}: no {what} ({e!r}); restore data/") from None
+
+
+def today() -> str:
+    """Today's date in Pacific time, which CtrlA's FreshQA prompt states [CtrlA official]; local time where
+    no time-zone database exists."""
+    try:
+        return datetime.now(ZoneInfo("America/Los_Angeles")).strftime("%B %d, %Y")
+    except (ZoneInfoNotFoundError, ValueError):
+        return datetime.now().strftime("%B %d, %Y")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -85,6 +85,21 @@ ENGLISH_STOP_WORDS = frozenset("""a an and are as at be but by for if in into is
 such that the their then there these they this to was will with""".split())
 
 
+# Common English function words, in the style of the usual English stop lists: no preset's analyzer uses
+# them; SeaKR filters its queries and answers' words with them (common.STOP_WORDS). The one-letter and
+# short pieces ("s", "t", "don", "ll", "ve") are what \w+ leaves of contractions such as "don't".
+STOP_WORDS = frozenset("""
+a about above after again against ain all am an and any are aren as at be because been before
+being below between both but by can couldn d did didn do does doesn doing don down during each
+few for from further had hadn has hasn have haven having he her here hers herself him himself his
+how i if in into is isn it its itself just ll m ma me mightn more most mustn my myself needn no
+nor not now o of off on once only or other our ours ourselves out over own re s same shan she
+should shouldn so some such t than that the their theirs them themselves then there these they
+this those through to too under until up ve very was wasn we were weren what when where which
+while who whom why will with won wouldn y you your yours yourself yourselves
+""".split())
+
+
 @dataclass(frozen=True)
 class Preset:
     analyzer: str            # "english" or "standard"

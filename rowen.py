@@ -610,13 +610,9 @@ def main(argv=None):
                    help="Stage 3's prompt: the official templates (default) or ours, which says r0 may be wrong (correct)")
     g.add_argument("--target-language", choices=sorted(TARGET), default=TARGET_LANGUAGE,
                    help="language of the cross-language check (paper: Chinese; Table 7: German, French)")
-    retrieve = g.add_mutually_exclusive_group()
-    retrieve.add_argument("--retrieve", choices=RETRIEVE_MODES, default="adaptive",
-                          help="adaptive = Rowen; the baselines: never = always keep r0 (Z still computed), "
-                               "always = always search and repair")
-    for mode in RETRIEVE_MODES[1:]:     # the old flags, kept for a release
-        retrieve.add_argument(f"--{mode}-retrieve", dest="retrieve", action="store_const", const=mode,
-                              help=f"old name of --retrieve {mode}")
+    g.add_argument("--retrieve", choices=RETRIEVE_MODES, default="adaptive",
+                   help="adaptive = Rowen; the baselines: never = always keep r0 (Z still computed), "
+                        "always = always search and repair")
     g.add_argument("--modes-from", metavar="FILE", help="moved: python analysis.py modes FILE [--limit N]")
     g.add_argument("--repair-again", metavar="RUN", help="moved: python benchmarks/repair_again.py RUN")
     common.add_common_args(p, dataset="truthfulqa")

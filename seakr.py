@@ -219,9 +219,8 @@ def load_exemplars(kind: str, n: int = N_SHOT) -> str:
     As in the official demos, periods inside a step become spaces, so the ". " stop string only ever
     ends a step.
     """
-    data = json.loads(EXEMPLAR_FILE.read_text())
     demos = []
-    for ex in data[kind][:n]:
+    for ex in common.data_json(EXEMPLAR_FILE, f"'{kind}' exemplars", lambda data: data[kind][:n]):
         steps = " ".join(s.replace(".", " ").strip() + "." for s in ex["cot"])
         demos.append(f"Question: {ex['question']}\nAnswer: {steps} So the answer is {ex['answer']}.")
     return "\n\n".join(demos)

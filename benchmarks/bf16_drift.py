@@ -88,7 +88,7 @@ def direction_agreement(a: dict, b: dict, keys) -> list[float]:
 
 
 def ctrla_drift(full, half, tok, a) -> dict:
-    keys = {"honesty": ctrla.layer_keys(ctrla.STEER_LAYERS), "confidence": ctrla.layer_keys(ctrla.MONITOR_LAYERS)}
+    keys = {"honesty": common.layer_keys(ctrla.STEER_LAYERS), "confidence": common.layer_keys(ctrla.MONITOR_LAYERS)}
     out = {"model": a.model, "cpu": models.cpu_name(), "method": "ctrla", "pairs": a.pairs}
     feats = {}
     for name, model in (("float32", full), ("bfloat16", half)):

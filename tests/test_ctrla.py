@@ -173,24 +173,24 @@ def test_next_segment_is_one_greedy_decode(tiny_real, monkeypatch):
 @pytest.mark.parametrize("n_layers, steer, monitor", [(32, list(range(15, 28)), list(range(8, 23))),
                                                       (30, list(range(13, 26)), list(range(6, 21)))])
 def test_layer_mapping(n_layers, steer, monitor):
-    steer_keys, monitor_keys = ctrla.layer_keys("5:18"), ctrla.layer_keys("10:25")
+    steer_keys, monitor_keys = common.layer_keys("5:18"), common.layer_keys("10:25")
     assert steer_keys == list(range(-5, -18, -1)) and monitor_keys == list(range(-10, -25, -1))
-    assert sorted(ctrla.decoder_index(k, n_layers) for k in steer_keys) == steer
-    assert sorted(ctrla.decoder_index(k, n_layers) for k in monitor_keys) == monitor
+    assert sorted(common.decoder_index(k, n_layers) for k in steer_keys) == steer
+    assert sorted(common.decoder_index(k, n_layers) for k in monitor_keys) == monitor
     with pytest.raises(common.InputError):
-        ctrla.decoder_index(-n_layers - 1, n_layers)
+        common.decoder_index(-n_layers - 1, n_layers)
     with pytest.raises(common.InputError):
-        ctrla.layer_keys("18:5")
+        common.layer_keys("18:5")
 
 
 def test_default_ranges_moved_to_a_shallower_model():
     # Gemma-3-270M has 18 layers: 5:18 -> round(2.81):round(10.1) = 3:10, 10:25 -> round(5.6):round(14.1) = 6:14
-    assert ctrla.scaled_range("5:18", 18) == "3:10" and ctrla.scaled_range("10:25", 18) == "6:14"
-    assert ctrla.scaled_range("10:25", 32) == "10:25"                 # the reference model: unchanged
-    assert ctrla.scaled_range("5:18", 2) == "1:2"                     # never empty, never past the top
+    assert common.scaled_range("5:18", 18) == "3:10" and common.scaled_range("10:25", 18) == "6:14"
+    assert common.scaled_range("10:25", 32) == "10:25"                 # the reference model: unchanged
+    assert common.scaled_range("5:18", 2) == "1:2"                     # never empty, never past the top
     for spec in ("5:18", "10:25"):
-        keys = ctrla.layer_keys(ctrla.scaled_range(spec, 18))
-        assert all(ctrla.decoder_index(k, 18) >= 0 for k in keys)
+        keys = common.layer_keys(common.scaled_range(spec, 18))
+        assert all(common.decoder_index(k, 18) >= 0 for k in keys)
 
 
 def test_key_reads_the_decoder_layer_output():
@@ -198,7 +198,7 @@ def test_key_reads_the_decoder_layer_output():
     model = make_model(len(tok), layers=6)
     ids = torch.tensor([common.encode(tok, "hello there")])
     layers = common.decoder_layers(model)
-    with common.record_output(layers[ctrla.decoder_index(-3, 6)]) as rec, torch.no_grad():
+    with common.record_output(layers[common.decoder_index(-3, 6)]) as rec, torch.no_grad():
         hs = model(input_ids=ids, output_hidden_states=True).hidden_states
     assert torch.allclose(hs[-3], rec[0])
 
@@ -745,16 +745,18 @@ def test_official_statement_files_give_the_features(tmp_path, tiny, monkeypatch)
     a, b = torch.tensor([12.0, 4.0, 5.0, 6.0]), torch.tensor([8.0, 0.0, 1.0, -6.0])
     asked, read = [], []
 
-    def answer_states(m, t, prompt, answer):
-        asked.append((prompt, ours[answer]))
+    def text_states(m, t, text):
+        answer = next(s for s in ours if text.endswith(" " + s) or text.endswith("\n" + s))
+        asked.append((text[:-len(answer)], ours[answer]))
         at = a if ours[answer] == "confident" else b
         mu, d = read[-1]["mean"], read[-1]["direction"]
         hs = torch.stack([mu + 100 * d, mu + at[:, None] * d, mu + at[:, None] * d], dim=1)   # [L, 3, d]
-        return hs, [(0, 5), (5, 9), (9, 12)], 5       # tokens 1 and 2 are the answer's
+        s = len(text) - len(answer)
+        return hs, [(0, s), (s, s + 4), (s + 4, len(text))]       # tokens 1 and 2 are the answer's
 
     real_read = ctrla.read_features
     monkeypatch.setattr(ctrla, "read_features", lambda *x: read.append(real_read(*x)) or read[-1])
-    monkeypatch.setattr(ctrla, "answer_states", answer_states)
+    monkeypatch.setattr(common, "text_states", text_states)
     c = ctrla.features(model, tok, "confidence", n_pairs=8, file=conf)
     # the official file has no style column: the first 20 confident and 20 unconfident of ours
     assert sorted(style for _, style in asked) == ["confident"] * 20 + ["unconfident"] * 20
@@ -771,7 +773,7 @@ def test_official_statement_files_give_the_features(tmp_path, tiny, monkeypatch)
     assert scores[0] == pytest.approx([x - tau for x in scores[1]], abs=2e-3)
     # held-out statements of one style only: no calibration (main then asks for --tau), never tau = 0
     one_style = [STATEMENTS[0], STATEMENTS[2]]
-    assert "center" not in ctrla.features(model, tok, "confidence", n_pairs=8, rows=one_style)
+    assert ctrla.features(model, tok, "confidence", n_pairs=8, rows=one_style)["center"] is None
     # the cache: one file per pair of statement files
     monkeypatch.setattr(common, "CACHE_DIR", tmp_path)
     monkeypatch.setattr(ctrla, "features", lambda m, t, kind, n, rows: {"rows": [r["statement"] for r in rows]})
@@ -785,7 +787,7 @@ def test_official_statement_files_give_the_features(tmp_path, tiny, monkeypatch)
     assert ctrla.load_features(half, tok, "tiny", 8)["honesty"]["dtype"] == "bfloat16"
     assert len(list((tmp_path / "ctrla").glob("tiny-8-*.pt"))) == 3
     ctrla.load_features(model, tok, "tiny", 8, tmp_path / "made.pt")           # written in float32 ...
-    with pytest.raises(ctrla.InputError, match="read in float32 and this run is bfloat16; .* pass --dtype float32 or another file"):
+    with pytest.raises(common.InputError, match="read in float32 and this run is bfloat16; .* pass --dtype float32 or another file"):
         ctrla.load_features(half, tok, "tiny", 8, tmp_path / "made.pt")        # ... refused in bfloat16
     old = {kind: {k: v for k, v in f.items() if k != "dtype"} for kind, f in torch.load(tmp_path / "made.pt").items()}
     torch.save(old, tmp_path / "old.pt")                                        # a file from before the record
@@ -1086,20 +1088,18 @@ def parsed(monkeypatch, argv: list[str]):
     return got.value.args[0], seen["s"], real(got.value.args[0], seen["s"])
 
 
-@pytest.mark.parametrize("mode, old", [("never", "--never-retrieve"), ("always", "--always-retrieve"),
-                                       ("monitor-only", "--monitor-only")])
-def test_retrieve_mode_is_one_value_and_the_old_flags_are_its_aliases(monkeypatch, mode, old):
-    """--retrieve MODE and its old flag build the same Settings, run name and recorded settings (one
-    "--retrieve" entry, not three booleans); adaptive is the default."""
-    new_args, new_s, new_name = parsed(monkeypatch, ["--retrieve", mode])
-    old_args, old_s, old_name = parsed(monkeypatch, [old])
-    assert new_s == old_s and new_s.retrieve == mode and new_name == old_name
-    assert common.run_settings(new_args, ctrla.__file__) == common.run_settings(old_args, ctrla.__file__)
-    flags = common.run_settings(new_args, ctrla.__file__)
+@pytest.mark.parametrize("mode", ["never", "always", "monitor-only"])
+def test_retrieve_mode_is_one_value_and_the_old_flags_are_gone(monkeypatch, mode):
+    """--retrieve MODE builds its Settings and is recorded as one "--retrieve" entry, not three booleans;
+    adaptive is the default; the old flags (--never-retrieve, ...) are errors now."""
+    args, s, name = parsed(monkeypatch, ["--retrieve", mode])
+    assert s.retrieve == mode and name == {"never": "ctrla-noret", "always": "ctrla-always"}.get(mode, "ctrla-" + mode)
+    flags = common.run_settings(args, ctrla.__file__)
     assert flags["--retrieve"] == mode and not {"--never-retrieve", "--always-retrieve", "--monitor-only"} & set(flags)
     assert parsed(monkeypatch, [])[1].retrieve == "adaptive"
-    with pytest.raises(SystemExit):         # one mode at a time
-        ctrla.main(["--retrieve", "always", "--never-retrieve"])
+    old = {"never": "--never-retrieve", "always": "--always-retrieve"}.get(mode, "--monitor-only")
+    with pytest.raises(SystemExit):
+        ctrla.main([old])
 
 
 def test_help_lists_the_methods_flags_before_the_engineering_ones(capsys):
@@ -1128,14 +1128,3 @@ def test_check_features_writes_its_scores_and_analysis_reports_them(tiny, monkey
     printed = capsys.readouterr().out
     assert "1 held-out true and 1 false statements; 1 answerable (A_Y) and 1 unanswerable (A_N) questions" in printed
     assert printed.count("\n  A_") == 2 and "\nmonitor        -1..-2   |" in printed
-
-
-def test_the_moved_check_features_flag_names_its_new_command(monkeypatch):
-    """ctrla.py --check-features is analysis.py check-features now: one line giving the command with the
-    same flags, before anything is read or loaded."""
-    monkeypatch.setattr(common, "check_inputs", lambda *a, **k: pytest.fail("inputs read"))
-    monkeypatch.setattr(common, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
-    with pytest.raises(common.InputError) as e:
-        ctrla.main(["--model", "qwen2.5-coder-1.5b", "--check-features", "--output", "my check.json"])
-    assert str(e.value) == ("--check-features moved: python analysis.py check-features --model qwen2.5-coder-1.5b "
-                            "--output 'my check.json'")

@@ -723,7 +723,7 @@ def test_cli_on_tiny_models(tmp_path, monkeypatch, tiny, verifier):
     monkeypatch.setattr(rowen, "MAX_TOKENS", SMALL)
     out = tmp_path / "out.jsonl"
     rowen.main(["--data", str(data), "--corpus", str(corpus), "--model", str(tmp_path / "m"), "--verifier",
-                str(tmp_path / "v"), "--k", "2", "--output", str(out), "--device", "cpu", "--always-retrieve"])
+                str(tmp_path / "v"), "--k", "2", "--output", str(out), "--device", "cpu", "--retrieve", "always"])
     row = json.loads(out.read_text().splitlines()[0])
     assert row["retrievals"] >= 1 and row["model_calls"] == sum(row["trace"]["calls"].values())
     assert {"z_cl", "z_cm", "z", "decision", "queries", "evidence"} <= set(row["trace"])
@@ -1090,7 +1090,7 @@ def test_repair_again_on_a_tiny_model_gives_back_the_stored_outputs(tmp_path, mo
     monkeypatch.setattr(common, "load_model", lambda *a, **k: tiny_real)
     monkeypatch.setattr(rowen, "MAX_TOKENS", SMALL)
     src, again = tmp_path / "run.jsonl", tmp_path / "again.jsonl"
-    rowen.main(["--dataset", "strategyqa", "--limit", "2", "--k", "1", "--always-retrieve", "--repair-prompt", "correct",
+    rowen.main(["--dataset", "strategyqa", "--limit", "2", "--k", "1", "--retrieve", "always", "--repair-prompt", "correct",
                 "--output", str(src)])
     served = speed.CACHE_STATS["served"]
     for _ in range(2):       # the second time from the call cache (--cache), as other runs
@@ -1118,18 +1118,17 @@ def parsed(monkeypatch, argv: list[str]):
     return got.value.args
 
 
-@pytest.mark.parametrize("mode, old", [("never", "--never-retrieve"), ("always", "--always-retrieve")])
-def test_retrieve_mode_is_one_value_and_the_old_flags_are_its_aliases(monkeypatch, mode, old):
-    """--retrieve MODE and its old flag give the same run name and recorded settings (one "--retrieve"
-    entry, as SeaKR's and CtrlA's); adaptive is the default."""
-    (new, new_name), (old_args, old_name) = parsed(monkeypatch, ["--retrieve", mode]), parsed(monkeypatch, [old])
-    assert new.retrieve == old_args.retrieve == mode and new_name == old_name == f"rowen-hybrid-{mode}"
+@pytest.mark.parametrize("mode", ["never", "always"])
+def test_retrieve_mode_is_one_value_and_the_old_flags_are_gone(monkeypatch, mode):
+    """--retrieve MODE gives its run name and one "--retrieve" entry in the recorded settings (as SeaKR's
+    and CtrlA's); adaptive is the default; the old flags (--never-retrieve, --always-retrieve) are errors now."""
+    new, name = parsed(monkeypatch, ["--retrieve", mode])
+    assert new.retrieve == mode and name == f"rowen-hybrid-{mode}"
     flags = common.run_settings(new, rowen.__file__)
-    assert flags == common.run_settings(old_args, rowen.__file__) and flags["--retrieve"] == mode
-    assert not {"--never-retrieve", "--always-retrieve"} & set(flags)
+    assert flags["--retrieve"] == mode and not {"--never-retrieve", "--always-retrieve"} & set(flags)
     assert parsed(monkeypatch, [])[0].retrieve == "adaptive"
-    with pytest.raises(SystemExit):         # one mode at a time
-        rowen.main(["--retrieve", "never", "--always-retrieve"])
+    with pytest.raises(SystemExit):
+        rowen.main([f"--{mode}-retrieve"])
 
 
 def test_help_lists_the_methods_flags_before_the_engineering_ones(capsys):
