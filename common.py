@@ -13,12 +13,13 @@ them needs to talk to a language model, a corpus and a question set, as a learne
               greedy(), sample() and sample_many() give the same by a faster route (speed.py: one
               prefill per prompt, batching, a prefix cache, and the call cache, --cache DIR); --plain
               routes them through reference()
-- hooks:      record_output() and add_to_output(), removed on exit even on an exception
+- hooks:      record_output() and add_to_output(), removed on exit even on an exception; layer ranges
+              counted from the top (layer_keys, decoder_index, check_layer_ranges)
 - retrieval:  open_retriever(spec, preset) -> search(query, k), the methods' entry point to retrieval.py
               (Lucene-parity BM25, corpus files, the on-disk index, Elasticsearch); BM25() is the
               in-memory one over a list of passages
 - datasets:   load_dataset(name_or_path, limit), from questions.py (the formats of each dataset), with its
-              readers of CtrlA's statement files and word lists (read_statements, word_list)
+              readers of our data files (read_statements, word_list, data_json) and FreshQA's date (today)
 - run loop:   add_common_args(), run(): one JSON line per question, resume, summary
 """
 from __future__ import annotations

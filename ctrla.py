@@ -138,7 +138,7 @@ def read_features(states: torch.Tensor, first_pos: torch.Tensor) -> dict:
 
 
 def style_center(model, tok, feats: dict, rows: list[dict], n: int = 20) -> torch.Tensor | None:
-    """[L] our tau for models but the paper's: per layer, the score halfway between the mean token scores of n
+    """[L] our tau for any model but the paper's: per layer, the score halfway between the mean token scores of n
     confident and n unconfident held-out statements, each the answer to "Tell me about <topic>."; or None."""
     means = []
     for style in ("confident", "unconfident"):

@@ -79,6 +79,9 @@ def load_dataset(name_or_path, limit=None):
         raise InputError(f"{path}: none of its {len(rows)} records is a question to run"
                          + (" (FreshQA runs its TEST split only, as CtrlA's run.py)" if kind == "freshqa" else ""))
     records = records if limit is None else records[:limit]
+    if kind != "bio" and (empty := sum(not r["answers"] for r in records)):   # bio: no gold text, FActScore's
+        print(f"warning: {path}: {empty} of {len(records)} questions have no gold answer; every metric scores "
+              "them wrong", file=sys.stderr)
     used = set()
     for i, r in enumerate(records):
         base, n = r["id"] or f"{kind}-{i}", 1
@@ -157,7 +160,8 @@ def _detect_format(row, path):
         return "bio", "bio", _from_bio
     if "question" in keys and isinstance(row.get("context"), dict):
         return "HotpotQA HF", "hotpotqa", _from_hotpot
-    if "question" in keys and isinstance(row.get("answer"), bool):
+    if "question" in keys and (isinstance(row.get("answer"), bool)    # a hand-written file may say "false"
+                               or str(row.get("answer")).strip().lower() in ("true", "false")):
         return "StrategyQA", "strategyqa", _from_strategyqa
     if "question" in keys and isinstance(row.get("answer"), list):
         return "NQ-open", "nq", lambda r, kind: [_record(kind, None, r["question"], r["answer"])]

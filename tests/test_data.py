@@ -101,6 +101,31 @@ def test_strategyqa_labels_written_as_text_read_as_booleans(tmp_path):
         load_dataset(path)
 
 
+def test_a_strategyqa_file_whose_first_answer_is_text_is_recognised(tmp_path):
+    """A hand-written StrategyQA file may say "false" from its first record on: it reads as StrategyQA, its
+    labels as booleans (before, only a boolean first answer was recognised: the file was refused)."""
+    path = tmp_path / "sqa.json"
+    path.write_text(json.dumps([{"question": "Q0?", "answer": "false"}, {"question": "Q1?", "answer": True}]))
+    assert [(r["dataset"], r["label"], r["answers"]) for r in load_dataset(path)] == [
+        ("strategyqa", False, ["no"]), ("strategyqa", True, ["yes"])]
+
+
+def test_questions_without_a_gold_answer_are_counted_in_a_warning(tmp_path, capsys):
+    """A question with no gold answer (every one of its answers empty) is scored wrong by every metric: said
+    once, with the count; a bio file (FActScore prompts: no gold text to match) says nothing."""
+    path = tmp_path / "qa.jsonl"
+    path.write_text("\n".join(json.dumps({"question": f"Q{i}?", "answers": a})
+                              for i, a in enumerate([["Paris"], [], [" ", None], ["x"]])))
+    assert [r["answers"] for r in load_dataset(path)] == [["Paris"], [], [], ["x"]]
+    assert capsys.readouterr().err == (f"warning: {path}: 2 of 4 questions have no gold answer; every metric "
+                                       "scores them wrong\n")
+    load_dataset(path, limit=1)
+    assert capsys.readouterr().err == ""
+    bio = tmp_path / "bio.jsonl"
+    bio.write_text(json.dumps({"question": "Tell me a bio of A.", "answers": [], "input": "A", "topic": "A"}))
+    assert load_dataset(bio)[0]["dataset"] == "bio" and capsys.readouterr().err == ""
+
+
 def test_load_corpus_errors(tmp_path):
     with pytest.raises(InputError, match="nope.jsonl: no such corpus file or index directory; give a corpus file"):
         load_corpus(tmp_path / "nope.jsonl")
