@@ -84,6 +84,17 @@ def read_json(path: Path):
     return found
 
 
+def read_settings(path: Path):
+    """The settings file beside a run; its --threshold (SeaKR's delta, Rowen's threshold) must be a number
+    or null (the model's default): the page compares U with it, and a string there stopped it mid-way."""
+    settings = read_json(path)
+    t = (settings or {}).get("--threshold")
+    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
+        raise InputError(f"{path}: --threshold is {json.dumps(t)}, not a number; write a number (or null for the "
+                         "model's default) or delete that file")
+    return settings
+
+
 def load_run(path: Path) -> dict:
     """{name, path, rows, settings, summary} of one run file; a malformed line is an InputError."""
     try:
@@ -113,7 +124,7 @@ def load_run(path: Path) -> dict:
         if isinstance(answers.get(path.stem), dict):
             reread, why = answers[path.stem], f"the forced answers of {side.name}, where the chain named none"
     return {"name": path.stem, "path": str(path), "rows": rows, "summary": summary or {},
-            "settings": read_json(path.with_suffix(".settings.json")),
+            "settings": read_settings(path.with_suffix(".settings.json")),
             "reread": reread if isinstance(reread, dict) else {}, "reread_why": why}
 
 
@@ -348,6 +359,11 @@ def cot_html(trace: dict) -> str:
 # ----------------------------------------------------------------------------------------------
 # CtrlA: per-word confidence, flagged words, queries, refusals
 
+# ctrla.py's MAX_REFUSALS and BARE_QUESTION_AT, copied (view.py imports no method file; a test compares them)
+CTRLA_MAX_REFUSALS = 6      # refused regenerations per question; the 7th ends the answer
+CTRLA_BARE_QUESTION_AT = 6  # the 6th refusal searches the bare question, not a rewrite
+
+
 def word_scores(segment: str, tokens: list, scores: list) -> list[tuple[str, float | None, list]]:
     """(word, lowest score of its tokens, [(token, score)]) for each whitespace word of the segment.
 
@@ -400,14 +416,41 @@ def ctrla_words(seg: dict, top: float) -> str:
     return " ".join(out)
 
 
-def query_labels(queries: list, question, first: bool) -> list[str]:
+def query_labels(queries: list, question, first: bool, bare: bool = False) -> list[str]:
     """What each query of a retrieval is (paper 3.2.4): CAQ alone, or [the question, TVQ]; later rounds
-    are rewrites after a refusal (Prompt B.2)."""
-    if len(queries) == 1:
+    are rewrites after a refusal (Prompt B.2), the question kept as it is, except the round after the 6th
+    refusal (bare), which searches the question alone and rewrites nothing (ctrla.rewrite)."""
+    if bare:
+        return [f"the bare question (refusal {CTRLA_BARE_QUESTION_AT} searches it, not a rewrite)"] * len(queries)
+    if len(queries) == 1 and (first or queries[0] != question):
         return ["CAQ: the question and the segment without its flagged words (Eq. 3)" if first
                 else "CAQ, rewritten by the model (Prompt B.2)"]
     return ["the question" if q == question else "TVQ: a query the model wrote to verify the segment (Prompt B.1)"
             if first else "rewritten by the model (Prompt B.2)" for q in queries]
+
+
+def ctrla_round(j: int, r: dict, seg: dict, question, later: bool) -> str:
+    """One search of a trigger. A round with a "segment" regenerated the segment with its passages: refused
+    when a later round followed (older traces) or the step records its refusal n. One without (today's
+    ctrla.py, after refusal n) searched the rewritten queries, or the bare question at the 6th, and the
+    next segment reads its passages: there is no regenerated text to show."""
+    n, regenerated = seg.get("refusal"), "segment" in r
+    bare = j > 0 and not regenerated and n == CTRLA_BARE_QUESTION_AT
+    queries = r.get("queries") or []
+    qs = "".join(f'<li><span class="small">{esc(label)}:</span> <q>{esc(q)}</q></li>'
+                 for q, label in zip(queries, query_labels(queries, question, j == 0, bare)))
+    docs = ", ".join(f'{esc(d.get("title"))} <small>{esc(d.get("id"))}</small>' for d in r.get("passages") or [])
+    after = ("" if not j else f" (after refusal {n}: the bare question, not a rewrite)" if bare else
+             f" (after refusal {n}: the queries are rewritten)" if n and not regenerated else
+             " (after a refusal: the query is rewritten)")
+    if regenerated:
+        refused = later or "own_knowledge" in seg or n is not None
+        badge = f' <b class="refusal">refusal{f" {n}" if n is not None else ""}</b>' if refused else ""
+        tail = f'<p>Regenerated: <span class="gen">{esc(r.get("segment"))}</span>{badge}</p>'
+    else:
+        tail = '<p class="small">Nothing regenerated: the next segment is written with these passages.</p>'
+    return (f'<div class="round"><b>Retrieval {j + 1}</b>{after}<ul>{qs}</ul>'
+            f'<p class="small">Passages read: {docs or "none"}</p>{tail}</div>')
 
 
 def ctrla_html(trace: dict, question) -> str:
@@ -427,18 +470,11 @@ def ctrla_html(trace: dict, question) -> str:
             flagged = seg.get("unconfident_words")
             out.append(f'<p class="small">Trigger: <b class="trigger">{esc(seg.get("trigger") or "none")}</b>'
                        + (f" &middot; flagged: {esc(', '.join(flagged))}" if flagged else "") + "</p>")
-        for j, r in enumerate(rounds):
-            refused = j + 1 < len(rounds) or "own_knowledge" in seg
-            queries = r.get("queries") or []
-            qs = "".join(f'<li><span class="small">{esc(label)}:</span> <q>{esc(q)}</q></li>'
-                         for q, label in zip(queries, query_labels(queries, question, j == 0)))
-            docs = ", ".join(f'{esc(d.get("title"))} <small>{esc(d.get("id"))}</small>'
-                             for d in r.get("passages") or [])
-            out.append(f'<div class="round"><b>Retrieval {j + 1}</b>'
-                       f'{" (after a refusal: the query is rewritten)" if j else ""}<ul>{qs}</ul>'
-                       f'<p class="small">Passages read: {docs or "none"}</p>'
-                       f'<p>Regenerated: <span class="gen">{esc(r.get("segment"))}</span>'
-                       + (' <b class="refusal">refusal</b>' if refused else "") + "</p></div>")
+        out += [ctrla_round(j, r, seg, question, j + 1 < len(rounds)) for j, r in enumerate(rounds)]
+        n = seg.get("refusal")
+        if isinstance(n, int) and n > CTRLA_MAX_REFUSALS:
+            out.append(f'<p class="small">Refusal {n}, more than the {CTRLA_MAX_REFUSALS} a question is allowed: '
+                       "the answer ends here, with no rewrite and no further search.</p>")
         if "own_knowledge" in seg:
             out.append('<p>Still refusing when the rewrites ended (K of them, or one that repeated its query): '
                        'answered without passages: '
@@ -450,7 +486,10 @@ def ctrla_html(trace: dict, question) -> str:
             out.append("<details><summary>tokens and scores</summary>"
                        + table(["token", "score &minus; tau"], cells, "tokens") + "</details>")
         out.append("</li>")
-    out.append(f'</ol><p>Answer text: <span class="gen">{esc(trace.get("answer"))}</span></p>')
+    out.append(f'</ol><p>Answer text: <span class="gen">{esc(trace.get("answer"))}</span></p>'
+               f'<p class="small">Search rounds: {span("search-rounds", num(trace.get("search_rounds")))} &middot; '
+               f'refused regenerations: {span("refusals", num(trace.get("refusals")))} (at most '
+               f"{CTRLA_MAX_REFUSALS}: the {CTRLA_MAX_REFUSALS + 1}th ends the answer)</p>")
     if trace.get("forced") is not None:
         after = f' <small>(computed after the run: {esc(trace["forced_after"])})</small>' if "forced_after" in trace else ""
         out.append('<p>The chain named no answer; forced, as DRAGIN\'s evaluation does: <span class="gen">'
@@ -775,8 +814,20 @@ def screenshot(page: Path, png: Path, question: str | None = None, width: int = 
         box = driver.execute_script("const r = arguments[0].getBoundingClientRect(); return "
                                     "{x: r.left + scrollX, y: r.top + scrollY, width: r.width, height: r.height}", item)
         shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "clip": {**box, "scale": 1}})
-        png.write_bytes(base64.b64decode(shot["data"]))
+        try:
+            png.write_bytes(base64.b64decode(shot["data"]))
+        except OSError as e:
+            raise InputError(f"--screenshot {png}: cannot write it ({e.strerror}); pass a writable path") from None
         return ids[pick]
+
+
+def check_png_path(png: Path) -> None:
+    """A --screenshot path that cannot be a file (its folder missing, or a folder itself) is said before
+    the page is written and Chromium started, not after."""
+    if png.is_dir():
+        raise InputError(f"--screenshot {png}: a folder, not a file; pass a PNG file's path")
+    if not png.parent.is_dir():
+        raise InputError(f"--screenshot {png}: no folder {png.parent}; make it or pass a path in an existing one")
 
 
 def main(argv=None):
@@ -791,6 +842,8 @@ def main(argv=None):
     p.add_argument("--question", metavar="ID",
                    help="the question the screenshot shows (default: the first that retrieved)")
     args = p.parse_args(argv)
+    if args.screenshot:
+        check_png_path(Path(args.screenshot))
     runs = [load_run(Path(f)) for f in args.runs]
     out = Path(args.output) if args.output else Path(args.runs[0]).with_suffix(".html")
     try:

@@ -162,12 +162,96 @@ def test_ctrla_marks_the_flagged_copy_of_a_repeated_word(tmp_path):
     assert re.findall(r'<mark class="w flag"[^>]*>([^<]*)<sub class="ws">([^<]*)</sub>', html) == [("man", "-1.1")]
 
 
+def refused(n: int, queries: list, rewritten: list | None, segment: str = "I cannot answer that.") -> dict:
+    """A step of today's ctrla.py whose regeneration was its question's n-th refusal: the trigger's search
+    (with the refused segment), then the search of the rewritten queries (none after the 7th)."""
+    rounds = [{"queries": queries, "passages": [{"id": "p2", "title": "Ed Wood"}], "segment": segment}]
+    rounds += [{"queries": rewritten, "passages": [{"id": "p3", "title": "Ed Wood (film)"}]}] * (rewritten is not None)
+    monitored = {k: CTRLA["trace"]["segments"][1][k] for k in ("segment", "trigger", "tokens", "scores",
+                                                              "unconfident_words")}
+    return {**monitored, "rounds": rounds, "refusal": n}
+
+
+def ctrla_page(tmp_path, *steps, **counts) -> str:
+    trace = {"task": "hotpotqa", "answer": "Ed Wood", "segments": list(steps), **counts}
+    return page(tmp_path, ("ctrla", [{**CTRLA, "trace": trace}], {"--query": "tvq"}))
+
+
+def rounds_of(html: str) -> list[str]:
+    return re.findall(r'<div class="round">(.*?)</div>', html, re.S)
+
+
+def labels(round_html: str) -> list[tuple[str, str]]:
+    """(label, query) of each query of one retrieval round."""
+    return re.findall(r'<li><span class="small">([^<]*):</span> <q>([^<]*)</q></li>', round_html)
+
+
+def test_ctrla_seventh_refusal_is_marked_and_ends_the_answer(tmp_path):
+    # the 7th refusal (more than MAX_REFUSALS = 6) breaks out: one round, no rewrite searched
+    html = ctrla_page(tmp_path, refused(7, [Q, "Ed Wood birthplace"], None), refusals=7, search_rounds=1)
+    assert len(rounds_of(html)) == 1
+    assert shown(html, "refusal") == ["refusal 7"]
+    assert "Refusal 7, more than the 6 a question is allowed: the answer ends here" in html
+
+
+def test_ctrla_rewrite_round_shows_no_empty_regenerated_line(tmp_path):
+    html = ctrla_page(tmp_path, refused(2, [Q, "Ed Wood birthplace"], [Q, "Where was Ed Wood born?"]))
+    first, second = rounds_of(html)
+    assert "Regenerated:" not in second and "Nothing regenerated: the next segment is written" in second
+    assert "Regenerated: <span class=\"gen\">I cannot answer that.</span>" in first
+    assert shown(first, "refusal") == ["refusal 2"]
+    assert "(after refusal 2: the queries are rewritten)" in second
+    assert labels(second) == [("the question", Q), ("rewritten by the model (Prompt B.2)", "Where was Ed Wood born?")]
+    assert html.count("Regenerated:") == 1
+
+
+def test_ctrla_sixth_refusal_searches_the_bare_question_not_a_rewrite(tmp_path):
+    bare = refused(6, [Q, "Ed Wood birthplace"], [Q])
+    caq = refused(3, [Q + " Ed Wood was born in"], ["Ed Wood birth place"])     # a CAQ rewrite, for contrast
+    html = ctrla_page(tmp_path, caq, bare)
+    caq_search, caq_rewrite, first, second = rounds_of(html)
+    assert labels(second) == [("the bare question (refusal 6 searches it, not a rewrite)", Q)]
+    assert "(after refusal 6: the bare question, not a rewrite)" in second
+    assert labels(caq_rewrite) == [("CAQ, rewritten by the model (Prompt B.2)", "Ed Wood birth place")]
+    assert html.count("rewritten by the model") == 1            # the CAQ rewrite only
+    assert shown(html, "refusal") == ["refusal 3", "refusal 6"]
+
+
+def test_ctrla_shows_the_refusal_count_and_search_rounds(tmp_path):
+    steps = [refused(1, [Q, "Ed Wood birthplace"], [Q, "Where was Ed Wood born?"]),
+             refused(2, [Q, "Ed Wood birthplace"], [Q, "Ed Wood's place of birth"]),
+             {"segment": "He was born in New York.", "trigger": None, "tokens": [" He"], "scores": [0.5]}]
+    html = ctrla_page(tmp_path, *steps, refusals=2, search_rounds=4)
+    assert shown(html, "refusals") == ["2"] and shown(html, "search-rounds") == ["4"]
+    html = page(tmp_path, ("ctrla", [CTRLA], None))                # an older trace: said, not guessed
+    assert shown(html, "refusals") == ["not recorded"] and shown(html, "search-rounds") == ["not recorded"]
+
+
+def test_ctrla_refusal_limits_are_ctrla_pys():
+    text = (ROOT / "ctrla.py").read_text(encoding="utf-8")
+    assert int(re.search(r"^MAX_REFUSALS = (\d+)", text, re.M).group(1)) == view.CTRLA_MAX_REFUSALS
+    assert int(re.search(r"^BARE_QUESTION_AT = (\d+)", text, re.M).group(1)) == view.CTRLA_BARE_QUESTION_AT
+
+
 @pytest.mark.parametrize("text", ["[1, 2]", '"text"'])
 def test_a_settings_file_that_is_not_an_object_is_a_one_line_error(tmp_path, text):
     path = write_run(tmp_path / "run.jsonl", [CTRLA])
     (tmp_path / "run.settings.json").write_text(text)
     with pytest.raises(view.InputError, match=r"run.settings.json: not a JSON object \((list|str)\); fix or delete"):
         view.load_run(path)
+
+
+@pytest.mark.parametrize("threshold, said", [("3.0", '"3.0"'), ([3.0], "[3.0]")])
+def test_a_settings_threshold_that_is_not_a_number_is_a_one_line_error(tmp_path, threshold, said):
+    # SeaKR's bars and rule compare U with the settings' --threshold: a string there was a TypeError
+    with pytest.raises(view.InputError, match=re.escape(f"seakr.settings.json: --threshold is {said}, not a number")):
+        page(tmp_path, ("seakr", [SEAKR], {"--threshold": threshold}))
+    run, out = tmp_path / "seakr.jsonl", tmp_path / "seakr.html"
+    done = subprocess.run([sys.executable, str(ROOT / "view.py"), str(run), "-o", str(out)], capture_output=True,
+                          text=True, cwd=tmp_path)
+    assert done.returncode == 2 and not out.exists() and done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"error: {run.with_suffix('.settings.json')}: --threshold is {said}, not a number")
+    page(tmp_path, ("seakr", [SEAKR], {"--threshold": None}))     # null: the model's default, as before
 
 
 def test_rowen_shows_perturbations_answers_in_two_languages_verdicts_and_z_against_the_threshold(tmp_path):
@@ -285,6 +369,15 @@ def test_command_writes_the_page_and_a_malformed_line_is_one_line_error(tmp_path
     assert done.stderr.count("\n") == 1 and done.stderr.startswith(f"error: {bad}:2: not valid JSON")
 
 
+@pytest.mark.parametrize("where, said", [("gone/q.png", "no folder"), (".", "a folder, not a file")])
+def test_an_unwritable_screenshot_path_is_a_one_line_error_before_anything_is_written(tmp_path, where, said):
+    run, out, png = write_run(tmp_path / "seakr.jsonl", [SEAKR]), tmp_path / "run.html", tmp_path / where
+    done = subprocess.run([sys.executable, str(ROOT / "view.py"), str(run), "-o", str(out), "--screenshot", str(png)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and not out.exists()
+    assert done.stderr.startswith(f"error: --screenshot {png}: {said}")
+
+
 # ---------------------------------------------------------------- a real browser
 
 def png_looks_blank(data: bytes) -> bool:
@@ -337,3 +430,12 @@ def test_the_page_in_headless_chromium_from_a_file_url(tmp_path):
     png = tmp_path / "q.png"
     assert view.screenshot(out, png, "q1") == "q1"                  # the README's command
     assert not png_looks_blank(png.read_bytes())
+
+
+@pytest.mark.skipif(view.chromium_missing() is not None, reason=f"no headless Chromium: {view.chromium_missing()}")
+def test_a_screenshot_that_cannot_be_written_is_an_input_error(tmp_path):
+    # main checks the path first; screenshot() itself, called alone, says so too (was a FileNotFoundError)
+    out = tmp_path / "run.html"
+    out.write_text(page(tmp_path, ("seakr", [SEAKR], None)))
+    with pytest.raises(view.InputError, match=r"--screenshot .*q\.png: cannot write it \(No such file or directory\)"):
+        view.screenshot(out, tmp_path / "gone" / "q.png", "q1")
