@@ -66,7 +66,7 @@ MODEL = "qwen2.5-coder-0.5b"  # M: a Qwen chat model, for Chinese [paper 5.3]; t
 VERIFIER = "smollm2-135m"    # M_V: a chat model of another family than M [paper 4.3: qwen-max-0428; 5.3: Llama-3-8B]
 SYSTEM = "You are a helpful assistant."    # [official construct_input_message]
 MAX_TOKENS = {"cot": 512, "short": 64, "perturb": 256, "translate": 128, "check": 8,
-              "repair": 256, "reformulate": 64}  # per call [ours; official: no limit]
+              "repair": 256, "reformulate": 64}  # per call, perturb for K questions [ours; official: no limit]
 
 # ----------------------------------------------------------------------------------------------
 # Prompts. Table 1 (CoT), Table 2 (cross-language check), Table 3 (cross-model check) and the
@@ -475,11 +475,13 @@ def answer(lm, questions: list[str], prompts: list[tuple[str, str]], s: Settings
 
 
 def perturb(lm, question: str, s: Settings, calls: dict, seed: int) -> str:
-    """Paper 3.2.1: k semantically equivalent questions in one call sampled at T = 1.0."""
+    """Paper 3.2.1: k semantically equivalent questions in one call sampled at T = 1.0; the token budget is
+    K's, grown in proportion for a larger k (Fig. 4b's sweep), so that the list is not cut short."""
     model, tok = lm
     calls["main"] += 1
     prompt = chat(tok, PERTURB.format(k=s.k, question=question))
-    return common.sample(model, tok, prompt, k=1, temperature=PERTURB_TEMPERATURE, max_new_tokens=s.max_tokens["perturb"],
+    budget = max(s.max_tokens["perturb"], s.max_tokens["perturb"] * s.k // K)
+    return common.sample(model, tok, prompt, k=1, temperature=PERTURB_TEMPERATURE, max_new_tokens=budget,
                          stop=common.turn_stops(tok), seed=seed)[0].text.strip()
 
 
@@ -575,7 +577,11 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
             outs = ask(main_lm, [REFORMULATE.format(question=x) for x in xs], s.max_tokens["reformulate"], calls, "main")
             queries = [clean_answer(o, "qa").strip("\"'") or x for o, x in zip(outs, xs)]
         trace.update(queries=queries, evidence=evidence_lines(queries, [bm25.search(q, TOP_K) for q in queries]))
-        trace["repair_output"], final = repair(main_lm, x0, trace, s, calls)   # raw, before clean_answer
+        try:
+            trace["repair_output"], final = repair(main_lm, x0, trace, s, calls)   # raw, before clean_answer
+        except common.InputError as e:   # the repair prompt outgrew the context: r0, Z and the search stand
+            trace["repair_error"] = str(e)
+            print(f"warning: {record['id']}: no repair ({e}); the answer is r0", file=sys.stderr)
     trace.update(final_answer=final, calls=calls)
     prediction = yes_no_label(final) if yn else final
     return {"prediction": prediction, "retrievals": len(queries), "model_calls": sum(calls.values()), "trace": trace}

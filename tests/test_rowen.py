@@ -66,6 +66,28 @@ def test_perturbed_questions_of_a_run_hold_no_preamble_and_no_x0(monkeypatch, ti
     assert out["trace"]["queries"] == ["Wall from Moon?", "Moon view of the Wall?"]     # TruthfulQA: X verbatim
 
 
+@pytest.mark.parametrize("k, budget", [(3, 256), (6, 256), (12, 512)])
+def test_the_perturbation_budget_grows_with_k(monkeypatch, tiny, k, budget):
+    """MAX_TOKENS["perturb"] is K = 6 questions' budget; a larger --k (Fig. 4b's sweep) gets it in proportion,
+    so that its list is not cut short (at k = 6 a shipped TruthfulQA list was already cut inside item 5)."""
+    _, script = run_scripted(monkeypatch, tiny, TQA_RULES, TQA, k=k)
+    assert script.sampled["max_new_tokens"] == budget
+
+
+def test_a_repair_prompt_beyond_the_context_keeps_r0_and_what_was_computed(monkeypatch, tiny, capsys):
+    """Stage 3's prompt is the longest (t0 and the passages): where it outgrows the model's context, the
+    question keeps r0 as its answer, its Z and its search, and says so, where it was a failed row."""
+    def too_long(user):
+        raise common.InputError("prompt of 9000 tokens + 256 new ones exceeds the model's context of 8192 tokens")
+    rules = dict(TQA_RULES, M=[(REPAIR_KEY, too_long)] + TQA_RULES["M"])
+    out, _ = run_scripted(monkeypatch, tiny, rules, TQA, threshold=1.1)
+    trace = out["trace"]
+    assert out["prediction"] == trace["initial_answer"] == "Yes, it can be seen." and trace["retrieved"]
+    assert trace["repair_error"].startswith("prompt of 9000 tokens") and "repair_output" not in trace
+    assert trace["z"] is not None and trace["evidence"] and out["retrievals"] == 3
+    assert "warning: t1: no repair (prompt of 9000 tokens" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("text,verdict", [
     ("True.", True), ("true", True), ("Yes", True), ("TRUE", True), ("Answer: True", True),
     ("False.", False), ("false", False), ("False", False),
