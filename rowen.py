@@ -389,12 +389,12 @@ def strip_labels(text: str) -> str:
 # A line that introduces the answer instead of giving it: "Based on my reasoning above, the answer is:",
 # "Here is the translation:", "The answer is", "The final answer to the question is". subtle: a line ending in
 # "is" introduces only after a word for the answer: "Yes, it is", "No, it is" and "Paris is" are answers.
-_INTRO = re.compile(r"(?:[:：]|\b(?:answer|verdict|response|conclusion)\b.*\bis)$", re.I)
+_INTRO = re.compile(r"(?:[:：]|\b(?:answer|verdict|response|conclusion)\b(?:\s+\S+){0,3}\s+is)$", re.I)
 
 
 def introduces_answer(line: str) -> bool:
-    """Whether a line introduces the answer (ends in ":", or in "is" after "answer", "verdict", "response" or
-    "conclusion"; markdown aside): it is never the answer."""
+    """Whether a line introduces the answer (ends in ":", or in "is" at most three words after "answer",
+    "verdict", "response" or "conclusion"; markdown aside): it is never the answer."""
     return bool(_INTRO.search(line.strip().rstrip("*_ ")))
 
 
@@ -407,7 +407,8 @@ def clean_answer(text: str, task: str) -> str:
     text = strip_labels(text)
     if task == "truthfulqa":
         return text
-    line = next((l.strip() for l in text.split("\n") if l.strip() and not introduces_answer(l)), "")
+    said = lambda l: task == "strategyqa" and read_yes_no(l) is not None   # "False:" is the answer, not its intro
+    line = next((l.strip() for l in text.split("\n") if l.strip() and (not introduces_answer(l) or said(l))), "")
     return strip_labels(line).strip("*_ \"“”").strip()
 
 

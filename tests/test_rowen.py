@@ -228,6 +228,9 @@ def test_clean_answer_and_task():
     ("The answer is\n\n**Paris**", "qa", "Paris"), ("**So the final verdict is:**\nTrue", "strategyqa", "True"),
     ("Based on my reasoning above, the answer is:", "qa", ""),          # no answer given: unknown
     ("So:\nThe answer is: Yes", "qa", "Yes"),
+    # an "is" far after the answer word ends a sentence, not an introduction; a verdict line is the answer
+    ("True. The conclusion is that it is", "strategyqa", "True. The conclusion is that it is"),
+    ("False:\nThe Who were not in WWII.", "strategyqa", "False:"),
     # TruthfulQA answers are free text: an opening line ending in ":" is part of it
     ("No, for two reasons:\n1. It is narrow.", "truthfulqa", "No, for two reasons:\n1. It is narrow."),
 ])
