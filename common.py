@@ -863,7 +863,9 @@ def answer_all(args, method: str, solve, records: list[dict], out: Path, code: s
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         fh = open(out, "a", encoding="utf-8")
-        out.with_suffix(".settings.json").write_text(json.dumps(settings, indent=1) + "\n")
+        side = out.with_suffix(".settings.tmp")     # written whole, then renamed: never left half-written
+        side.write_text(json.dumps(settings, indent=1) + "\n")
+        side.replace(out.with_suffix(".settings.json"))
     except OSError as e:
         raise InputError(f"cannot write {out} ({e.strerror}); pass --output with a writable path") from None
     todo = [r for r in records if r["id"] not in done]
@@ -895,8 +897,9 @@ def answer_all(args, method: str, solve, records: list[dict], out: Path, code: s
                 done[rec["id"]] = row
         except KeyboardInterrupt:
             finished = sum(r["id"] in done for r in records)
+            again = "without --overwrite " if getattr(args, "overwrite", False) else "again "   # it deletes the rows
             raise Interrupted(f"{finished} of {len(records)} questions are saved in {out}; "
-                              "run the same command again to resume") from None
+                              f"run the same command {again}to resume") from None
         finally:
             _BAR.clear()
             if speed.CALL_CACHE is not None:

@@ -442,7 +442,9 @@ def read_rows(path):
     that names the file and line. (retrieval.jsonl_rows reads corpus and question files the same way;
     eval imports no file of the project, so that it reads alone: the house's bottom floor.)"""
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        # subtle: split at "\n" only: str.splitlines() also splits at U+2028 / U+0085, which a row written
+        # with ensure_ascii=False holds raw inside its strings
+        lines = Path(path).read_text(encoding="utf-8").split("\n")
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file; check the path") from None
     except (OSError, UnicodeDecodeError) as err:

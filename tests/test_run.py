@@ -122,6 +122,33 @@ def answer(rec):
     return {"prediction": rec["answers"][0]}
 
 
+def test_a_row_holding_a_unicode_line_separator_resumes_and_reads_back(tmp_path):
+    """Rows are written with ensure_ascii=False: a prediction holding U+2028 or U+0085 stays one line of the
+    file, and read_rows must read it as one (str.splitlines split it in three: a resume stopped at 'not
+    valid JSON', and deleting the line only recomputed it)."""
+    args = make_args(tmp_path, limit=1)
+    odd = lambda rec: {"prediction": "a\u2028b\u0085c"}
+    common.run(args, "fake", odd)
+    args.limit = 2
+    common.run(args, "fake", odd)                            # resumes past the first row
+    rows = common.metrics.read_rows(args.output)
+    assert [r["prediction"] for r in rows] == ["a\u2028b\u0085c"] * 2
+    assert not list(tmp_path.glob("*.tmp"))                   # the settings file is written whole, then renamed
+
+
+def test_ctrl_c_under_overwrite_says_to_resume_without_it(tmp_path):
+    """The same command again would delete the saved rows (--overwrite): the message says to drop it."""
+    def solve(rec):
+        if rec["id"] != "nq-0":
+            raise KeyboardInterrupt
+        return answer(rec)
+    with pytest.raises(common.Interrupted, match=r"1 of 2 questions are saved in .*out.jsonl; run the same "
+                                                 r"command without --overwrite to resume"):
+        common.run(make_args(tmp_path, limit=2, overwrite=True), "fake", solve)
+    with pytest.raises(common.Interrupted, match="run the same command again to resume"):
+        common.run(make_args(tmp_path, limit=2), "fake", solve)
+
+
 def test_resume_stops_when_a_setting_differs_and_overwrite_starts_afresh(tmp_path):
     args = make_args(tmp_path, limit=2)
     common.run(args, "fake", answer)
