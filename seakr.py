@@ -83,6 +83,7 @@ THRESHOLDS = {
     "qwen2.5-coder-1.5b": 0.41,
 }
 PAPER_THRESHOLD = -6.0
+CALIBRATED_IN = {"meta-llama/Llama-2-7b-chat-hf": "float16"}  # others': float32 (the official engine: the model's)
 MULTI_HOP = {"hotpotqa": "hotpotqa", "2wikimultihopqa": "2wikimultihopqa", "iirc": "iirc",
              "musique": "hotpotqa"}   # MuSiQue has no exemplars of its own: HotpotQA's are closest
 BASE_STOP = ("\n\n", "\nQuestion:", "\nContext")   # [official prepare_llm_input]
@@ -94,15 +95,14 @@ RETRIEVE_MODES = ("adaptive", "never", "ircot", "no-sa-retrieval")   # SeaKR, Co
 
 def eigen_score(hidden: torch.Tensor, alpha: float = ALPHA) -> float:
     """U = (1/k) logdet(Z J Z^T + alpha I) for k x d hidden states Z (paper 3.4, INSIDE's EigenScore).
-
     J centres each row on its own mean over the d features (official _compute_eigen_score); the Gram
-    matrix is over samples, neither normalised nor divided by d. Higher means more uncertain.
-    """
+    matrix is over samples, neither normalised nor divided by d. Higher means more uncertain; a state
+    that is not finite (a float16 overflow) gives +inf, never a NaN that every comparison reads as sure."""
     z = hidden.double()
     z = z - z.mean(dim=1, keepdim=True)
     gram = z @ z.T + alpha * torch.eye(z.shape[0], dtype=z.dtype)
-    sign, logdet = torch.linalg.slogdet(gram)
-    return float(logdet) / z.shape[0]
+    u = float(torch.linalg.slogdet(gram)[1]) / z.shape[0]
+    return u if math.isfinite(u) else math.inf
 
 
 def should_retrieve(score: float, text: str, delta: float) -> bool:
@@ -214,11 +214,8 @@ def truncate_query(tok, query: str) -> str:
 # Prompts (official SEAKR/dataset.py format; paper appendix D.4 examples)
 
 def load_exemplars(kind: str, n: int = N_SHOT) -> str:
-    """The few-shot prefix: `Question: q\\nAnswer: s1. s2. So the answer is a.` joined by blank lines.
-
-    As in the official demos, periods inside a step become spaces, so the ". " stop string only ever
-    ends a step.
-    """
+    """The few-shot prefix: `Question: q\\nAnswer: s1. s2. So the answer is a.` joined by blank lines; as in
+    the official demos, periods inside a step become spaces, so the ". " stop string only ever ends a step."""
     demos = []
     for ex in common.data_json(EXEMPLAR_FILE, f"'{kind}' exemplars", lambda data: data[kind][:n]):
         steps = " ".join(s.replace(".", " ").strip() + "." for s in ex["cot"])
@@ -618,9 +615,17 @@ def main(argv=None):
         print(f"warning: no calibrated threshold for {args.model}; using the paper's {delta} (LLaMA-2-7B). "
               f"Calibrate: python seakr.py --model {args.model} --calibrate --data NQ-open.dev.jsonl "
               f"--limit 200", file=sys.stderr)
+    made_in, now = CALIBRATED_IN.get(args.model, "float32"), common.precision(model)
+    if args.model in THRESHOLDS and now != made_in and args.threshold is None and not args.calibrate:
+        print(f"warning: delta {delta} was calibrated for {args.model} in {made_in}; this run is {now}, where U "
+              "moves: pass --threshold, or --dtype " + made_in, file=sys.stderr)
     s = Settings(delta=delta if delta is not None else PAPER_THRESHOLD,
                  layer=args.layer if args.layer is not None else default_layer(model), k=args.samples,
                  retrieve=args.retrieve, rerank=not args.no_rerank, final=args.final, seed=args.seed)
+    if s.layer not in range(model.config.num_hidden_layers):    # else a traceback at the first question
+        raise common.InputError(f"--layer {s.layer}: {args.model} has decoder layers 0 to "
+                                f"{model.config.num_hidden_layers - 1}")
+    args.layer = s.layer    # the settings name the layer this run read, not "the model's default" (None)
     if args.calibrate:
         calibrate(model, tok, args, records, s)
         print(table)
@@ -639,8 +644,7 @@ def main(argv=None):
         rs = dataclasses.replace(s, cot_tokens=COT_TOKENS.get(exemplars, MAX_NEW_TOKENS))
         return solver(model, tok, bm25, prefixes[exemplars], edit_question(rec["question"], multihop), rs, budget)
 
-    # the settings name the delta and layer this run used, not "the model's default" (None)
-    args.threshold, args.layer = s.delta, s.layer
+    args.threshold = s.delta    # and the delta
     common.run(args, name, solve, records)
 
 
@@ -657,14 +661,11 @@ def uncertainty_baselines(c: Call) -> dict:
       `perplexity`) and that mean log p itself; None where no token is scored (official: 1e3);
     - multi-perplexity: the mean of the samples' perplexities over every sample with a scored token,
       empty ones included (the official engine's key `ln_entropy`: np.mean of the samples' perplexities);
-    - LN-entropy (Malinin and Gales, 2020): the mean over the same samples of -mean log p. The official
-      engine computes none (its `ln_entropy` is the multi-perplexity above).
-    Log-probabilities: the greedy step's are the model's full distribution, as vLLM reports them at
-    temperature 0. The samples' are not what vLLM reports: vLLM's are after top-k 50 and top-p 0.9,
-    renormalised over the tokens kept (log p - log of the kept mass, never below ours), while
-    Generation.logprobs are the full distribution's at temperature 1; so multi-perplexity and
-    LN-entropy here are at least the official values. The energy score needs the raw logits, which a
-    Generation does not keep: not computed."""
+    - LN-entropy (Malinin and Gales, 2020): the mean over the same samples of -mean log p (official: none).
+    The greedy step's log-probabilities are the model's full distribution, as vLLM's at temperature 0; the
+    samples' are too, at temperature 1, where vLLM's are after top-k 50 and top-p 0.9, renormalised (never
+    below ours): multi-perplexity and LN-entropy here are at least the official values. The energy score
+    needs the raw logits, which a Generation does not keep: not computed."""
     lp = scored_logprobs(c.gen)
     out = {"mean_logprob": _num(sum(lp) / len(lp)) if lp else None,
            "perplexity": _num(math.exp(-sum(lp) / len(lp))) if lp else None,

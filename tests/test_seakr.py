@@ -1,4 +1,5 @@
 """SeaKR: the official code's facts (THU-KEG/SeaKR, checked by hand) and the loop on a tiny model."""
+import copy
 import inspect
 import json
 import math
@@ -946,6 +947,44 @@ def test_calibration_writes_a_resumable_run_file(tiny, monkeypatch, tmp_path, ca
     seakr.main(argv)
     assert [json.loads(x) for x in out.read_text().splitlines()] == rows
     assert capsys.readouterr().out.strip().splitlines()[-1] == pointer
+
+
+def test_a_calibration_file_records_its_layer_and_a_layer_beyond_the_model_is_one_error(tiny, monkeypatch, tmp_path):
+    """The calibration file's settings name the layer U read (they said null, so that a rerun naming that
+    very layer was refused); --layer past the model's decoder layers is a one-line error once the model is
+    known (it was an IndexError traceback at the first question, after the settings were written)."""
+    monkeypatch.setattr(seakr.common, "load_model", lambda *a, **k: tiny)
+    out = tmp_path / "cal.jsonl"
+    argv = ["--calibrate", "--data", str(common.DATA_DIR / "nq_demo.jsonl"), "--limit", "1", "--samples", "2",
+            "--output", str(out)]
+    seakr.main(argv)
+    assert json.loads(out.with_suffix(".settings.json").read_text())["--layer"] == 1     # 4 layers: L/2 - 1
+    seakr.main(argv + ["--layer", "1"])                  # the same layer, named: resumes, nothing to redo
+    with pytest.raises(common.InputError, match=r"^--layer 4: smollm2-135m has decoder layers 0 to 3$"):
+        seakr.main(["--model", "smollm2-135m", "--dataset", "nq", "--limit", "1", "--samples", "2", "--layer", "4",
+                    "--output", str(tmp_path / "run.jsonl")])
+    assert not (tmp_path / "run.jsonl").exists()
+
+
+def test_a_models_delta_in_another_precision_than_its_calibration_is_said(tmp_path, monkeypatch, tiny, capsys):
+    """THRESHOLDS' deltas were read in float32 (the paper's in float16) and U moves with the precision: a run
+    in another one on the model's own delta says so; --threshold, or the same precision, says nothing."""
+    half = (copy.deepcopy(tiny[0]).to(torch.bfloat16), tiny[1])
+    monkeypatch.setattr(seakr.common, "load_model", lambda *a, **k: half)
+    monkeypatch.setattr(seakr.common, "run", lambda *a, **k: {})          # the warning is said before the run
+    base = ["--model", "qwen2.5-coder-1.5b", "--dataset", "nq", "--limit", "1", "--samples", "2"]
+    seakr.main(base + ["--output", str(tmp_path / "a.jsonl")])
+    assert ("warning: delta 0.41 was calibrated for qwen2.5-coder-1.5b in float32; this run is bfloat16, where U "
+            "moves: pass --threshold, or --dtype float32") in capsys.readouterr().err
+    seakr.main(base + ["--threshold", "0.41", "--output", str(tmp_path / "b.jsonl")])
+    assert "was calibrated" not in capsys.readouterr().err
+
+
+def test_a_state_that_is_not_finite_gives_an_infinite_score():
+    """A NaN in the hidden states (a float16 overflow) made U NaN, and U > delta False: a sure step."""
+    h = torch.randn(3, 8)
+    h[1, 2] = float("nan")
+    assert seakr.eigen_score(h) == math.inf and seakr.should_retrieve(seakr.eigen_score(h), "x", 0.0)
 
 
 def test_settings_name_the_delta_and_layer_the_run_used(tmp_path, monkeypatch, tiny_real):
