@@ -516,10 +516,8 @@ def stored_features(model, name: str, sources, compute, what: str, path=None) ->
 # ---------------------------------------------------------------------------------------------
 
 def open_retriever(spec, preset="seakr"):
-    """The one entry point to retrieval (see retrieval.py): a list of passages, a corpus file, an index
-    directory (`python retrieval.py build CORPUS INDEX_DIR`) or es://HOST:PORT/INDEX, opened with
-    the method's preset ("seakr": english analyzer, best_fields over title and txt; "ctrla":
-    standard analyzer, match on text). Returns an object with search(query, k) -> passages."""
+    """The one entry point to retrieval (retrieval.py): passages, a corpus file, an index directory or
+    es://HOST:PORT/INDEX, opened with the method's preset; returns an object with search(query, k)."""
     return retrieval.open_retriever(spec, preset)
 
 
@@ -881,6 +879,8 @@ def answer_all(args, method: str, solve, records: list[dict], out: Path, code: s
                 start, cpu_start = time.time(), time.process_time()
                 try:
                     res, error = solve(rec), None
+                except retrieval.Unavailable:   # the search service is down: stop here, every row kept
+                    raise
                 except InputError as e:  # e.g. a question longer than the model's context
                     res, error = {"prediction": ""}, str(e)
                     tqdm.write(f"failed {rec['id']}: {e}")

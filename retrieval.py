@@ -77,6 +77,11 @@ class InputError(Exception):
     file imports no other file of the project, so nothing circles back to define it."""
 
 
+class Unavailable(InputError):
+    """A search service that stopped answering (Elasticsearch down, or busy past the retries): a run stops
+    there with its rows kept (common.answer_all), where another InputError fails that question alone."""
+
+
 K1, B = 1.2, 0.75       # Lucene / Elasticsearch BM25 defaults [BEIR and CtrlA's ES index use them]
 TIE_BREAKER = 0.5       # multi_match best_fields tie_breaker [official SeaKR retriever.py]
 
@@ -796,7 +801,7 @@ class ElasticRetriever:
                 if e.code in (401, 403):
                     raise InputError(f"{self.url}: access denied ({e.code}); set ES_API_KEY or "
                                      "ES_USERNAME and ES_PASSWORD") from None
-                if e.code < 500:
+                if e.code < 500 and e.code not in (408, 429):      # a timeout or too many requests: retried
                     raise InputError(f"{self.url}: Elasticsearch answered {e.code} "
                                      f"{e.read()[:200].decode(errors='replace')}") from None
                 last = f"HTTP {e.code}"
@@ -804,8 +809,8 @@ class ElasticRetriever:
                 last = getattr(e, "reason", e)
             if attempt < self.retries:
                 time.sleep(0.2 * 2 ** attempt)
-        raise InputError(f"cannot reach Elasticsearch at {self.base} ({last}); start it or fix "
-                         "--corpus es://HOST:PORT/INDEX")
+        raise Unavailable(f"cannot reach Elasticsearch at {self.base} ({last}); start it (then the same command "
+                          "resumes) or fix --corpus es://HOST:PORT/INDEX")
 
     def _check_mapping(self):
         resp = self._request("GET", f"/{urllib.parse.quote(self.index)}/_mapping")

@@ -239,7 +239,7 @@ class _FakeES:
     """A real HTTP server on 127.0.0.1 that checks requests against the official bodies and answers
     from the in-memory backend."""
 
-    def __init__(self, passages, preset, fields, fail_first=0, auth=None):
+    def __init__(self, passages, preset, fields, fail_first=0, auth=None, fail_code=503):
         self.local, self.preset, self.seen = LocalBM25(passages, preset), preset, []
         self.fail_left, outer = fail_first, self
 
@@ -267,7 +267,7 @@ class _FakeES:
             def do_POST(self):
                 if outer.fail_left:
                     outer.fail_left -= 1
-                    return self._send(503, {"error": "busy"})
+                    return self._send(fail_code, {"error": "busy"})
                 u = urlparse(self.path)
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.seen.append((u.path, parse_qs(u.query), body))
@@ -331,6 +331,39 @@ def test_elasticsearch_errors_are_one_line():
         ElasticRetriever(f"es://127.0.0.1:{port}/wiki", "seakr", timeout=2, retries=1)
     with pytest.raises(InputError, match="expected es://HOST:PORT/INDEX"):
         ElasticRetriever("es://127.0.0.1:9200", "seakr")
+
+
+def test_elasticsearch_down_mid_run_stops_the_run_with_its_rows_and_the_rerun_resumes(tmp_path, monkeypatch):
+    """A busy Elasticsearch (429 Too Many Requests, 408) is retried as a 5xx is; one that stops answering
+    stops the run there, every finished row kept, where each later question became a failed row ("") that
+    no resume retries; the same command, once it answers again, goes on."""
+    es = _FakeES(CITIES, "seakr", ["title", "txt"], fail_first=2, fail_code=429)
+    r = common.open_retriever(f"es://127.0.0.1:{es.port}/wiki", "seakr")
+    r.retries = 2
+    assert r.search("capital of France", 1) == LocalBM25(CITIES, "seakr").search("capital of France", 1)
+    r.retries = 0
+    p = common.argparse.ArgumentParser()
+    common.add_common_args(p)
+    args = p.parse_args(["--dataset", "nq", "--limit", "3", "--output", str(tmp_path / "out.jsonl")])
+    asked = []
+
+    def solve(rec):
+        if len(asked) == 1:
+            es.close()                                  # Elasticsearch goes down after the first question
+        asked.append(rec["id"])
+        return {"prediction": str(len(r.search(rec["question"], 1)))}
+    with pytest.raises(retrieval.Unavailable, match="cannot reach Elasticsearch at .*start it \\(then the same "
+                                                    "command resumes\\)"):
+        common.run(args, "fake", solve)
+    rows = common.metrics.read_rows(tmp_path / "out.jsonl")
+    assert [row["id"] for row in rows] == asked[:1] and not any("error" in row for row in rows)
+    es = _FakeES(CITIES, "seakr", ["title", "txt"])
+    r = common.open_retriever(f"es://127.0.0.1:{es.port}/wiki", "seakr")
+    try:
+        common.run(args, "fake", lambda rec: {"prediction": str(len(r.search(rec["question"], 1)))})
+    finally:
+        es.close()
+    assert len(common.metrics.read_rows(tmp_path / "out.jsonl")) == 3
 
 
 # --- bad input -------------------------------------------------------------------------------------
