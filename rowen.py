@@ -403,12 +403,15 @@ def clean_answer(text: str, task: str) -> str:
     "你的简短回答：") and its markdown. TruthfulQA answers are free text; StrategyQA, short-answer QA,
     translations and search queries keep their first line that is neither empty nor an introduction
     (introduces_answer), taken after the labels are gone: "Your revised short answer:\nParis" and "Based on
-    my reasoning above, the answer is:\nParis" both give "Paris" [ours; official: the raw stripped text]."""
+    my reasoning above, the answer is:\nParis" both give "Paris" [ours; official: the raw stripped text].
+    StrategyQA keeps its first line that says true or false ("False:" too; a numbered list's verdict after
+    its items), else that first line, as the official is_supported reads the whole reply."""
     text = strip_labels(text)
     if task == "truthfulqa":
         return text
-    said = lambda l: task == "strategyqa" and read_yes_no(l) is not None   # "False:" is the answer, not its intro
-    line = next((l.strip() for l in text.split("\n") if l.strip() and (not introduces_answer(l) or said(l))), "")
+    lines = [l.strip() for l in text.split("\n") if l.strip()]
+    line = next((l for l in lines if task == "strategyqa" and read_yes_no(l) is not None), None)
+    line = line or next((l for l in lines if not introduces_answer(l)), "")
     return strip_labels(line).strip("*_ \"“”").strip()
 
 

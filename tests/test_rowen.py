@@ -231,6 +231,8 @@ def test_clean_answer_and_task():
     # an "is" far after the answer word ends a sentence, not an introduction; a verdict line is the answer
     ("True. The conclusion is that it is", "strategyqa", "True. The conclusion is that it is"),
     ("False:\nThe Who were not in WWII.", "strategyqa", "False:"),
+    ("1. A camel is a camel.\n2. It stores fat.\nFalse", "strategyqa", "False"),      # a list, then its verdict
+    ("1. A camel is a camel.\n2. It stores fat.", "strategyqa", "1. A camel is a camel."),   # none: the first line
     # TruthfulQA answers are free text: an opening line ending in ":" is part of it
     ("No, for two reasons:\n1. It is narrow.", "truthfulqa", "No, for two reasons:\n1. It is narrow."),
 ])
