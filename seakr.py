@@ -435,12 +435,12 @@ def reason(model, tok, prefix, question, steps, docs, s: Settings, budget: Budge
     if s.final in ("both", "knowledge"):
         prompt = build_prompt(prefix, question, docs=[passage_text(d) for d in docs])
         c = call(model, tok, prompt, BASE_STOP, s, budget)
-        answer = metrics.read_answer(c.text)
-        if answer is None:
+        answer, chain = metrics.read_answer(c.text), c.text
+        if answer is None:      # the trace keeps the chain (read_text) and the forced continuation apart
             c = call(model, tok, prompt + " So the answer is", BASE_STOP + ("\n",), s, budget)
-            answer = forced_reading(c.gen.text)
+            answer, out["read_forced"] = forced_reading(c.gen.text), c.text
         read_score = c.score
-        out.update(read_answer=answer, read_score=_num(read_score), read_text=c.text)
+        out.update(read_answer=answer, read_score=_num(read_score), read_text=chain)
     answer, which = choose_answer(out["step_answer"], step_score, out["read_answer"], read_score)
     out.update(answer=answer, chosen=which)
     return out

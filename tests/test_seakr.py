@@ -714,6 +714,21 @@ def test_reason_forces_the_passages_answer_when_their_chain_names_none(monkeypat
     # the fake answers the forced call with the same text, read up to its first period: never ""
     assert (out["read_answer"], out["chosen"]) == ("So the answer is", "knowledge")
 
+def test_the_trace_keeps_the_passages_chain_and_its_forced_answer_apart(monkeypatch):
+    """A chain over the passages that names no answer is forced; the trace's read_text is the chain, and
+    the forced continuation is read_forced (read_text held the continuation alone, the chain lost)."""
+    replies = iter(["Beta was born in Gamma", "Gamma.Human: next"])
+
+    def call(model, tok, prompt, stop, s, budget):
+        text = next(replies)
+        return seakr.Call(text, -7.0, common.Generation(text, [], [], "eos"), 3)
+    monkeypatch.setattr(seakr, "call", call)
+    s = seakr.Settings(delta=0.0, layer=0, final="knowledge")
+    out = seakr.reason(None, None, "P", "Q", ["A step."], [{"title": "T", "text": "x"}], s, seakr.Budget(0))
+    assert (out["read_text"], out["read_forced"], out["read_answer"]) == ("Beta was born in Gamma",
+                                                                        "Gamma.Human: next", "Gamma")
+
+
 def no_sampling(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("a baseline draws no samples")
