@@ -185,7 +185,7 @@ YES_NO = {"English": (("yes", "true"), ("no", "false")),
 # The detection and the decision (pure functions)
 
 # a list item's mark, markdown emphasis around it included: "1.", "2)", "**3.**", "- ", "* ", "• "
-_NUMBERING = re.compile(r"^[*_]*(?:\d+\s*[.):]|[-*•](?=\s))[*_]*\s*")
+_NUMBERING = re.compile(r"^[*_]*(?:\(?\d+\s*[.):、]|(?:q|question)\s*\d+\s*[.):：]|[-*•](?=\s))[*_]*\s*", re.I)
 # the prompt's own label echoed, with x0 after it
 _ECHO = re.compile(r"^(?:original|queried)\s+question\b", re.I)
 
@@ -198,16 +198,23 @@ def _same_question(a: str, b: str) -> bool:
 def parse_perturbations(text: str, k: int, question: str = "") -> list[str]:
     """The perturbed questions X = {x^1..x^k} (paper 3.2.1) from the perturbation output, at most k.
 
-    One per line, numbering ("1.", "2)", "**3.**"), bullets and quotes stripped; dropped: empty and header
-    lines ("...:"), the prompt's "ORIGINAL QUESTION: ..." echoed and any copy of x0 (`question`): X holds
+    One per line, numbering ("1.", "2)", "(3)", "4、", "Q5:", "**6.**"), bullets and quotes stripped, a list item
+    that ends in ":" joined to the line after it; dropped: empty and header lines ("...:"), the prompt's
+    "ORIGINAL QUESTION: ..." echoed and any copy of x0 (`question`): X holds
     the perturbations only, as in paper 3.2.1 and the official code. Where the output has list items or
     questions ("...?"), only those count, so a preamble ("Sure, here are 6 semantically equivalent
     questions.") or a closing remark is no question; otherwise every remaining line does.
 
     The official parser only removes "^\\d+\\.\\s" and keeps every line, so "Sure! Here are 6..." and
     blank lines became questions that were translated, answered, scored and searched for."""
-    lines = []
-    for line in text.split("\n"):
+    lines, merged = [], []
+    for line in text.split("\n"):    # 'Whose quote says that:' / '"Only the dead ..."?' is one question
+        last = merged[-1].strip() if merged else ""
+        if last.endswith((":", "：")) and _NUMBERING.match(last) and line.strip() and not _NUMBERING.match(line.strip()):
+            merged[-1] = last + " " + line.strip()
+        else:
+            merged.append(line)
+    for line in merged:
         listed = bool(_NUMBERING.match(line.strip()))
         line = _NUMBERING.sub("", line.strip()).strip().strip("\"'*“”").strip()
         if line and not line.endswith((":", "：")) and not _ECHO.match(line) and not _same_question(line, question):

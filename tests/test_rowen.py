@@ -58,6 +58,19 @@ def test_perturbations_preamble_echo_and_markdown(text, questions):
     assert rowen.parse_perturbations(text, 6, "What is X?") == questions
 
 
+@pytest.mark.parametrize("text, questions", [
+    ("(1) Is A?\n(2) Is B?", ["Is A?", "Is B?"]),
+    ("1、吃饭吗？\n2、睡觉吗？", ["吃饭吗？", "睡觉吗？"]),
+    ("Q1: Is A?\nQuestion 2: Is B?", ["Is A?", "Is B?"]),
+    # a list item ending in ":" goes on on the next line (it was dropped as a header, its second half kept)
+    ('1. Whose quote says that:\n   "Only the dead have seen the end of war"?\n2. Who said it?',
+     ['Whose quote says that: "Only the dead have seen the end of war"?', "Who said it?"]),
+    ("Here are two:\n1. Is A?\n2. Is B?", ["Is A?", "Is B?"]),          # an unlisted header stays a header
+])
+def test_perturbations_other_numberings_and_an_item_that_goes_on(text, questions):
+    assert rowen.parse_perturbations(text, 6) == questions
+
+
 def test_perturbed_questions_of_a_run_hold_no_preamble_and_no_x0(monkeypatch, tiny):
     rules = dict(TQA_RULES, perturb="Sure, here are 6 semantically equivalent questions.\nORIGINAL QUESTION: "
                  + TQA["question"] + "\n**1.** Wall from Moon?\n**2.** " + TQA["question"] + "\n**3.** Moon view of the Wall?")
