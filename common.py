@@ -323,8 +323,10 @@ def reference(model, tok, prompt: str | list[int], k: int = 0, *, with_greedy: b
 
 
 def check_context(model, prompt_tokens: int, max_new_tokens: int) -> None:
-    """InputError unless the prompt and its continuation fit in the model's context (a longer one
-    would be read at positions the model never saw, silently)."""
+    """InputError unless the prompt and its continuation fit in the model's context (a longer one would be
+    read at positions the model never saw, silently), and neither is empty (a batch's row of padding alone)."""
+    if prompt_tokens < 1 or max_new_tokens < 1:
+        raise InputError(f"a prompt of {prompt_tokens} tokens and {max_new_tokens} new ones: nothing to continue")
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit and prompt_tokens + max_new_tokens > limit:
         raise InputError(f"prompt of {prompt_tokens} tokens + {max_new_tokens} new ones exceeds the model's "
@@ -338,11 +340,9 @@ def check_context(model, prompt_tokens: int, max_new_tokens: int) -> None:
 def greedy(model, tok, prompts: str | list[int] | list, max_new_tokens: int = 64, stop: tuple[str, ...] = (),
            hidden_module=None):
     """Greedy continuation of one prompt (returns a Generation) or a batch (returns a list). A prompt
-    is a text or a list of token ids (see encode). Each row is what reference() gives for it.
-
-    The batch is left-padded and decoded together; each row gives the same text as decoding it alone.
-    With --cache, a call whose inputs all equal an earlier one's returns its stored rows (call cache).
-    """
+    is a text or a list of token ids (see encode). Each row is what reference() gives for it: the batch
+    is left-padded and decoded together, each row the text of decoding it alone. With --cache, a call
+    whose inputs all equal an earlier one's returns its stored rows (call cache)."""
     single = isinstance(prompts, str) or (len(prompts) > 0 and isinstance(prompts[0], int))
     batch = [prompts] if single else list(prompts)
     if not batch:

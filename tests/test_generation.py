@@ -643,6 +643,17 @@ def test_a_prompt_longer_than_the_context_is_an_input_error(tiny, monkeypatch):
     assert len(common.greedy(model, tok, prompt, max_new_tokens=11).token_ids) <= 11     # 512 fits
 
 
+def test_an_empty_prompt_or_no_new_token_is_an_input_error(tiny):
+    """A batch's empty row (a text prompt with no BOS encodes to no token) was all padding on the fast path
+    and decoded a made-up answer where the reference raised; max_new_tokens 0 still wrote a token."""
+    model, tok = tiny
+    for call in (lambda: common.greedy(model, tok, [[], [5, 6]], max_new_tokens=3),
+                 lambda: common.sample_many(model, tok, [[5, 6], []], 2, seeds=[0, 1], max_new_tokens=3),
+                 lambda: common.greedy(model, tok, [5, 6], max_new_tokens=0)):
+        with pytest.raises(common.InputError, match="tokens and .* new ones: nothing to continue"):
+            call()
+
+
 @pytest.mark.slow
 def test_fast_path_equals_the_reference_on_smollm2():
     # float32 on every machine: --dtype auto would pick bfloat16 on AMX CPUs, where batched and unbatched
