@@ -180,18 +180,17 @@ def scaled_range(spec: str, n_layers: int, reference: int = 32) -> str:
     return f"{b}:{max(b + 1, min(n_layers + 1, round(e * n_layers / reference)))}"
 
 
-def check_layer_ranges(model, ranges: dict, defaults: dict, reference: str, reference_layers: int = 32) -> None:
-    """Every key of ranges ({flag: "B:E"}) names a decoder layer of the model; where the defaults (written
-    for the 32 layers of `reference`) reach past a shallower model, the error gives their scaled_range."""
-    n = len(decoder_layers(model))
-    keys = [k for spec in ranges.values() for k in layer_keys(spec)]
-    if ranges == defaults and n < -min(keys):
-        raise InputError(f"the default layer ranges ({', '.join(defaults.values())}; {reference} has "
-                         f"{reference_layers} layers) need {-min(keys)} decoder layers and this model has {n}; pass "
-                         "the same share of its depth: " + " ".join(f"{flag} {scaled_range(spec, n, reference_layers)}"
-                                                                    for flag, spec in defaults.items()))
-    for k in keys:
-        decoder_index(k, n)
+def check_layer_ranges(model, name: str, ranges: dict, defaults: dict, reference: str) -> None:
+    """Every key of ranges ({flag: "B:E"}) names a decoder layer of the model `name`; where the defaults
+    (written for the 32 layers of `reference`) reach past a shallower model, the error gives their scaled_range."""
+    n, deepest = len(decoder_layers(model)), max(-k for spec in ranges.values() for k in layer_keys(spec))
+    if ranges == defaults and n < deepest:
+        raise InputError(f"the default layer ranges ({', '.join(defaults.values())}; {reference} has 32 layers) "
+                         f"need {deepest} decoder layers and {name} has {n}; pass the same share of its depth: "
+                         + " ".join(f"{flag} {scaled_range(spec, n)}" for flag, spec in defaults.items()))
+    for flag, spec in ranges.items():
+        if max(-k for k in layer_keys(spec)) > n:
+            raise InputError(f"{flag} {spec}: {name} has {n} decoder layers; pass B:E with E <= {n + 1}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -487,12 +486,12 @@ def precision(model) -> str:
 def stored_features(model, name: str, sources, compute, what: str, path=None) -> dict:
     """{kind: {name: tensor}} read from a model once and kept on disk: at `path`, else in the cache under
     `name` and a digest of `sources` (the bytes the features are read from: statement files, the prompts'
-    token ids) and of the model's precision, so that no change of data or prompts reuses a stale file.
+    token ids) and of the precision (float32's none: its key is the one from before it counted).
     Loaded where the file exists, else computed, each kind stamped with its "dtype" (the precision) and
     written. A file read in another precision is refused in one line (one from before the stamp is taken)."""
     prec = precision(model)
-    if path is None:
-        digest = hashlib.sha1(prec.encode())
+    if not path:
+        digest = hashlib.sha1(b"" if prec == "float32" else prec.encode())
         for part in sources:
             digest.update(part)
         path = CACHE_DIR / f"{name}-{digest.hexdigest()[:12]}.pt"

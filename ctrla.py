@@ -93,8 +93,8 @@ def statement_prefixes(tok, head: str, statement: str) -> list[list[int]]:
 
 
 def contrast_pairs(tok, statements, personas, n_pairs=N_PAIRS, seed=PAIR_SEED):
-    """The first n_pairs (positive, negative) prompts in statement order, each pair's order shuffled, the
-    statement as the reply to the persona (official: "[INST] Pretend ... [/INST] " + prefix).
+    """The first n_pairs (positive, negative) prompts in statement order, each pair's order shuffled, the statement
+    the reply to the persona, after a space but none after a newline (official: "[INST] Pretend ... [/INST] " + it).
     Returns (prompts as token ids, flattened pair by pair; first_is_positive per pair; statements used)."""
     pos, neg = (common.chat_prompt(tok, PERSONA.format(p)) for p in personas)
     pairs, used = [], 0
@@ -145,7 +145,8 @@ def style_center(model, tok, feats: dict, rows: list[dict], n: int = 20) -> torc
         states = []
         for r in [r for r in rows if r.get("style") == style][:n]:
             prompt = build_prompt(tok, "short", f"Tell me about {(r.get('topic') or 'the world').lower()}.")
-            hs, spans = common.text_states(model, tok, text := append(prompt, r["statement"]))
+            text = append(prompt, r["statement"])
+            hs, spans = common.text_states(model, tok, text)
             states.append(hs[:, [i for i, (a, b) in enumerate(spans) if b > len(text) - len(r["statement"])]].mean(1))
         if not states:
             return None
@@ -173,8 +174,9 @@ def load_features(model, tok, model_name: str, n_pairs=N_PAIRS, path=None, hones
     for confidence, which calibrates tau for a file without a style column), contrast prompts and pairs."""
     rows = {kind: common.read_statements(f) for kind, f in (("honesty", honesty_file), ("confidence", confidence_file))}
     prompts = {k: contrast_pairs(tok, [r["statement"] for r in rows[k]], PERSONAS[k], n_pairs)[0] for k in rows}
-    sources = [str(n_pairs).encode(), *(Path(f).read_bytes() for f in (honesty_file, confidence_file, CONFIDENCE_FILE)),
-               json.dumps(prompts).encode()]
+    files = [Path(f) for f in (honesty_file, confidence_file, CONFIDENCE_FILE)]
+    sources = [str(n_pairs).encode(), *(f.read_bytes() if f.exists() else b"" for f in files),
+               *(json.dumps(p).encode() for p in prompts.values())]
     read = lambda: {kind: features(model, tok, kind, n_pairs, rows=rows[kind]) for kind in PERSONAS}
     name = "ctrla/" + re.sub(r"[^\w.-]", "_", model_name) + f"-{n_pairs}"
     return common.stored_features(model, name, sources, read, f"CtrlA's features ({n_pairs} pairs each)", path)
@@ -251,22 +253,17 @@ def refusal_pattern() -> re.Pattern:
     return re.compile(r"\b(" + phrases + r")\b", re.IGNORECASE)
 
 
-def word_parts(word: str) -> list[str]:
-    """[official split_contractions] a word cut at each contraction mark, the marks kept as parts."""
-    return [p for p in _CONTRACTION.split(word) if p]
-
-
 def clean_word(word: str) -> str:
-    """[official adaptive_retrieve] the word's first part, ASCII punctuation removed, lowercased: "Feilden's"
-    -> "feilden", "don't" -> "do". subtle: as official, "'relevant'" -> "re" (a stop word), "it’s" stays."""
-    parts = word_parts(word)
+    """[official adaptive_retrieve, split_contractions] the word's first part at a contraction mark, ASCII punctuation
+    removed, lowercased: "Feilden's" -> "feilden", "don't" -> "do"; as official "'relevant'" -> "re", "it’s" stays."""
+    parts = [p for p in _CONTRACTION.split(word) if p]
     return parts[0].translate(_ASCII_PUNCT).lower() if parts else ""
 
 
 def word_set(text: str) -> set[str]:
     """[official process_sentence] every part of every whitespace word, the contraction marks included,
     each cleaned as in clean_word: "Feilden's don't" -> {"feilden", "s", "do", "nt"}."""
-    return {p.translate(_ASCII_PUNCT).lower() for word in text.split() for p in word_parts(word)}
+    return {p.translate(_ASCII_PUNCT).lower() for word in text.split() for p in _CONTRACTION.split(word) if p}
 
 
 def is_new_information(word: str, question: str, previous: list[str]) -> bool:
@@ -319,8 +316,8 @@ def first_sentence(text: str) -> tuple[str, bool]:
 
 def force_answer(model, tok, task: str, question: str, text: str) -> str | None:
     """DRAGIN's answer regeneration [eval.py regenerate_answer] (paper C.2): a chain that names no answer
-    gets " So the answer is" and 20 greedy tokens of the unsteered model, no passages; returns them (None
-    where the chain names its answer). Divergence: the run's chat prompt (DRAGIN: the few-shot text)."""
+    gets " So the answer is" and 20 greedy tokens of the unsteered model, no passages; returns them (None where
+    it names one). Divergences: the run's chat prompt (DRAGIN: the few-shot text), no space after "is"."""
     if metrics.names_answer(metrics.cut_chain(text)):
         return None
     prompt = build_prompt(tok, task, question, gen=[metrics.forced_reply(text, "")])
@@ -338,8 +335,9 @@ def clean_query(text: str) -> str:
 
 _RESPONSE = ("You are a response generation assistant, designed to provide accurate and clear answers "
              "to questions based on the given content.")
-# The paper's Table 10 wording, its typos mended ("Answer a concisely"); the official templates differ in
-# small ways (ASQA's "and in that case, you have to provide"; FreshQA's "Pacific Standard Time.The").
+# The paper's Table 10 wording, its typos mended ("Answer a concisely", "time-sensitive please"); the official
+# templates differ a little (ASQA: "and in that case, you have to provide", its "Please focus ..." sentences
+# after the question, here the system turn's; FreshQA: "Pacific Standard Time.The").
 INSTRUCTIONS = {  # paper Table 10
     "short": _RESPONSE + " Please complete the answer if the question is partially answered.",
     "asqa": _RESPONSE + " The questions are ambiguous and have multiple correct answers; you should "
@@ -385,8 +383,8 @@ def task_of(kind: str | None) -> str:
 
 @functools.cache
 def exemplars(task: str) -> str:
-    """DRAGIN's CoT exemplars (paper C.2) as SeaKR ships them (data/), N_SHOT of them, in our layout (CtrlA has
-    no multi-hop code): steps joined by a space as written, exemplars by a blank line (DRAGIN: one newline)."""
+    """DRAGIN's CoT exemplars (paper C.2) as SeaKR ships them (data/), N_SHOT of them, in our layout (CtrlA has no
+    multi-hop code): steps joined by a space (DRAGIN: by nothing), exemplars by a blank line (DRAGIN: a newline)."""
     demos = common.data_json(EXEMPLAR_FILE, f"'{task}' exemplars", lambda data: data[task][:N_SHOT])
     return "\n\n".join(f"Question: {d['question']}\nAnswer: {' '.join(d['cot'])} So the answer is {d['answer']}."
                        for d in demos)
@@ -396,11 +394,12 @@ def exemplars(task: str) -> str:
 def query_exemplars() -> dict:
     """{"tvq": [...], "rewrite": [...]}, each [question, answer segment or reference query, search query]:
     the first two of each the paper's (Prompts B.1 / B.2), the other three ours."""
-    def checked(shots):
-        assert all(isinstance(x, list) and len(x) == 3 and all(isinstance(v, str) for v in x)
-                   for key in ("tvq", "rewrite") for x in shots[key]), "an exemplar is not [question, text, query]"
+    shots = common.data_json(QUERY_FILE, "TVQ / rewrite exemplars", lambda d: {k: d[k] for k in ("tvq", "rewrite")})
+    if all(isinstance(x, list) and len(x) == 3 and all(isinstance(v, str) for v in x)
+           for v in shots.values() for x in v):
         return shots
-    return common.data_json(QUERY_FILE, "TVQ / rewrite exemplars", checked)
+    raise common.InputError(f"{QUERY_FILE}: no TVQ / rewrite exemplars (one is not [question, text, query]); "
+                            "restore data/")
 
 
 def build_prompt(tok, task: str, question: str, docs=(), gen=(), honesty=False) -> str:
@@ -511,10 +510,9 @@ def monitor(run: Run, text: str, start: int, question: str, previous) -> dict:
 
 
 def search(run: Run, queries: list[str], task: str, step: dict | None = None) -> list[dict]:
-    """BM25 for each query, concatenated, duplicate texts removed [official retrieve]. Multi-hop QA: the
-    top 3 in total [paper C.5], taken rank by rank across the queries (the question's first hit, the
-    TVQ query's first hit, the question's second, ...), so that each query contributes. Recorded in the
-    step's trace, where one is given."""
+    """BM25 for each query, concatenated, duplicate texts removed [official retrieve], the round recorded in the
+    step's trace where one is given. Multi-hop QA: the top 3 in total [paper C.5], taken rank by rank across
+    the queries (the question's first hit, the TVQ query's, the question's second, ...): each contributes."""
     if task in MULTIHOP:
         ranked = [run.bm25.search(q.strip("\"'"), DOCS_MULTIHOP) for q in queries]
         hits = [r[i] for i in range(DOCS_MULTIHOP) for r in ranked if i < len(r)]
@@ -654,8 +652,8 @@ def add_args(p) -> None:
 
 def settings(args) -> Settings:
     """The run's Settings from its command line (tau None: calibrated once the features are read)."""
-    return Settings(tau=args.tau, lam=0.0 if args.honesty_prompt else args.lam, steer=tuple(common.layer_keys(
-                    args.steer_layers)), monitor=tuple(common.layer_keys(args.monitor_layers)),
+    steer, monitor = (tuple(common.layer_keys(spec)) for spec in (args.steer_layers, args.monitor_layers))
+    return Settings(tau=args.tau, lam=0.0 if args.honesty_prompt else args.lam, steer=steer, monitor=monitor,
                     query=args.query, retrieve=args.retrieve, honesty_prompt=args.honesty_prompt,
                     answer_tokens=args.max_new_tokens, task=args.task)
 
@@ -670,13 +668,14 @@ def prepare(args, name: str | None = None) -> Run:
         common.read_statements(file)
     stop_words(), refusal_pattern(), query_exemplars()      # data/'s other files, read before the model too
     model, tok = common.load_model(args.model, args.dtype, args.device)
-    common.check_layer_ranges(model, {"--steer-layers": args.steer_layers, "--monitor-layers": args.monitor_layers},
-                              {"--steer-layers": STEER_LAYERS, "--monitor-layers": MONITOR_LAYERS}, "Mistral-7B")
+    defaults = {"--steer-layers": STEER_LAYERS, "--monitor-layers": MONITOR_LAYERS}
+    given = {"--steer-layers": args.steer_layers, "--monitor-layers": args.monitor_layers}
+    common.check_layer_ranges(model, args.model, given, defaults, "Mistral-7B")
     feats = load_features(model, tok, args.model, args.pairs, args.directions, *files)
     tau = args.tau if args.tau is not None else TAUS.get(args.model)
     if tau is None and feats["confidence"].get("center") is None:
-        raise common.InputError(f"{args.directions or 'the features'}: no tau calibration (no held-out confident and "
-                         "unconfident statements); pass --tau")
+        raise common.InputError(f"{args.directions or 'the features'}: no tau calibration (no held-out confident "
+                                "and unconfident statements); pass --tau")
     s = replace(s, tau=tau)
     if tau is None:
         print(f"tau = {threshold(s, feats, s.monitor):.3f} (calibrated for {args.model}; --tau overrides)",

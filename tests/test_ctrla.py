@@ -193,6 +193,21 @@ def test_default_ranges_moved_to_a_shallower_model():
         assert all(common.decoder_index(k, 18) >= 0 for k in keys)
 
 
+def test_layer_ranges_beyond_the_model_name_their_flag(tiny):
+    """A range past the model names its flag and value; the defaults past a shallower model name both
+    flags with the same share of its depth (scaled_range by hand: 5:18 -> round(0.6):round(2.3) = 1:2,
+    10:25 -> 1:3 on 4 layers)."""
+    model = tiny[0]                                       # 4 decoder layers
+    defaults = {"--steer-layers": "5:18", "--monitor-layers": "10:25"}
+    with pytest.raises(common.InputError, match=r"^--monitor-layers 2:9: tiny has 4 decoder layers; pass B:E "
+                                                r"with E <= 5$"):
+        common.check_layer_ranges(model, "tiny", {"--steer-layers": "1:3", "--monitor-layers": "2:9"}, defaults, "M")
+    with pytest.raises(common.InputError, match=r"^the default layer ranges \(5:18, 10:25; M has 32 layers\) need 24 "
+                                                r"decoder layers and tiny has 4; .* --steer-layers 1:2 --monitor-layers 1:3$"):
+        common.check_layer_ranges(model, "tiny", defaults, defaults, "M")
+    common.check_layer_ranges(model, "tiny", {"--steer-layers": "1:3", "--monitor-layers": "2:5"}, defaults, "M")
+
+
 def test_key_reads_the_decoder_layer_output():
     tok = make_tokenizer()
     model = make_model(len(tok), layers=6)
