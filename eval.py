@@ -98,6 +98,7 @@ FORCE_CUT = ("Question:", "#10000000", "Note:")   # the chain is cut at these [D
 # "the answer is" in any case (divergence: DRAGIN's evaluation tests the lower-case words only, so a chain
 # that says only "The answer is no." gets a forced answer there; here it has named its answer)
 _DRAGIN_ANSWER_IS = re.compile(r"the answer is\s*:?\s*(.*)", re.IGNORECASE | re.DOTALL)
+_LOWER_ANSWER_IS = re.compile(_DRAGIN_ANSWER_IS.pattern, re.DOTALL)   # DRAGIN's own, taken first where present
 
 
 def names_answer(text: str) -> bool:
@@ -118,8 +119,9 @@ def dragin_answer(text: str) -> str:
     what follows it is the model going on (its next step), not the answer. A text that names no answer
     is scored whole where DRAGIN's HotpotQA reader gives "" (its 2WikiMultihopQA reader the text); every
     chain of the loop names one or is given a forced one, so only rows run without that step (files of
-    older code) are read whole."""
-    m = _DRAGIN_ANSWER_IS.search(text)
+    older code) are read whole. A chain with both, "The answer is" before "the answer is", reads after the
+    lower-case one, as DRAGIN does."""
+    m = _LOWER_ANSWER_IS.search(text) or _DRAGIN_ANSWER_IS.search(text)
     return m.group(1).split("\n")[0].strip().rstrip(".").strip() if m else text.strip()
 
 

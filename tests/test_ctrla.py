@@ -525,6 +525,9 @@ def test_first_sentence_and_answer():
     assert metrics.dragin_answer("So the answer is: WINNER.\nStep 4: check it.") == "WINNER"
     assert metrics.dragin_answer("So the answer is WINNER. Step 4: The answer") == "WINNER. Step 4: The answer"
     assert metrics.dragin_answer("No answer named here.\n") == "No answer named here."
+    # "The answer is" alone is read (a stated divergence); before a lower-case one, DRAGIN's own is read
+    assert metrics.dragin_answer("The answer is no.") == "no"
+    assert metrics.dragin_answer("The answer is not obvious. Thus, the answer is Paris.") == "Paris"
     assert ctrla.clean_query(' Search query: "Who built it?"\nmore') == "Who built it?"
 
 
