@@ -689,7 +689,7 @@ def default_output(method: str, args) -> Path:
     return Path("outputs") / f"{method}_{data}_{model}.jsonl"
 
 
-GOLD_FIELDS = ("label", "best_answer", "correct_answers", "incorrect_answers")
+GOLD_FIELDS = ("label", "best_answer", "correct_answers", "correct_answers_text", "incorrect_answers")
 NOT_SETTINGS = ("limit", "skip", "output", "overwrite", "cache", "unset")  # which questions and where, not a row
 DEFAULTED = "left to the method's default"   # the flags a run did not give and its method resolved (not compared)
 

@@ -24,10 +24,11 @@ Differs from the official code in:
   falls back to True unless "not", "cannot", "unknown" or "information" is one of its words, so "No." and
   "" count as True and "I cannot say" as False. Our `parse_yes_no` takes the first of yes/no/true/false
   as whole words ("No doubt: True" is False, where Rowen reads True) and an answer without one as wrong.
-- TruthfulQA: BLEU and ROUGE-L are Rowen's definitions, but the correct-answer string is joined back
-  from the loaded answers, so a trailing " " or "; " in the official file (3 of its 817 rows) is gone;
-  an answer with no word scores ROUGE-L 0 (the `rouge` package raises on it, which stops the official
-  evaluation); GPT-judge is not computed (closer_to_correct stands in).
+- TruthfulQA: BLEU and ROUGE-L are Rowen's definitions; in rows of runs made before the rows kept the file's
+  correct-answer string, it is joined back from the loaded answers, so a trailing ";", " " or "; " of the
+  official file (9 of its 817 rows, none among the first 50) is gone; an answer with no word scores
+  ROUGE-L 0 (the `rouge` package raises on it, which stops the official evaluation); GPT-judge is not
+  computed (closer_to_correct stands in).
 - accuracy: an empty gold alias would match every prediction in CtrlA's code; questions._record drops it
   (25 of the 1,000 TriviaQA questions of CtrlA's triviaqa_test.jsonl hold one: officially always right).
 """
@@ -299,9 +300,10 @@ def _text(s):
 
 def truthfulqa_references(row):
     """The official code's references of a TruthfulQA row: its "Best Answer" and its "Correct Answers"
-    string, which the loader split on "; " and which is joined back here."""
+    string as the file has it (a row of older runs, without it, joins the loaded answers back with "; ")."""
     correct = _as_list(row.get("correct_answers"))
-    return row.get("best_answer") or (correct[0] if correct else ""), "; ".join(correct)
+    best = row.get("best_answer") or (correct[0] if correct else "")
+    return best, row.get("correct_answers_text") or "; ".join(correct)
 
 
 def truthfulqa_bleu(rows):

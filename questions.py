@@ -337,8 +337,8 @@ def _from_truthfulqa(row, kind):
     best = row["Best Answer"].strip()
     correct = split(row["Correct Answers"])
     correct = correct if best in correct else [best] + correct
-    return [_record(kind, None, row["Question"], correct, best_answer=best,
-                    correct_answers=correct, incorrect_answers=split(row["Incorrect Answers"]),
+    return [_record(kind, None, row["Question"], correct, best_answer=best, correct_answers=correct,
+                    correct_answers_text=row["Correct Answers"], incorrect_answers=split(row["Incorrect Answers"]),
                     category=row.get("Category"))]
 
 

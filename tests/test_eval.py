@@ -90,6 +90,17 @@ BEST = "The watermelon seeds pass through your digestive system"
 SEEDS = tqa_row("seeds pass through your digestive system", BEST, ["Nothing happens", BEST])
 
 
+def test_truthfulqa_references_keep_the_files_correct_answers_string(tmp_path):
+    """The official BLEU / ROUGE reference is the file's "Correct Answers" string as it stands: 9 of the 817
+    rows end in ";" or a space, which joining the loaded answers back lost ("...driving;" read "...driving")."""
+    import questions
+    path = tmp_path / "TruthfulQA.json"
+    path.write_text(json.dumps([{"Question": "Q?", "Best Answer": "A", "Correct Answers": "A; B;",
+                                 "Incorrect Answers": "C", "Category": "x"}]))
+    row = questions.load_dataset(path)[0]
+    assert row["correct_answers"] == ["A", "B"] and ev.truthfulqa_references(row) == ("A", "A; B;")
+
+
 def test_truthfulqa_references_are_the_official_two():
     # [Best Answer, Correct Answers]: the "; "-joined string the loader split
     assert ev.truthfulqa_references(SEEDS) == (BEST, "Nothing happens; " + BEST)
