@@ -162,13 +162,11 @@ def drop_answer_sentences(step: str) -> str:
 
 def token_spans(tok, ids: list[int]) -> list[tuple[int, int]]:
     """The character span of each generated token within the generation's text (Generation.text before
-    its stop cut: common.decode_continuations), from the lengths of the decoded prefixes.
-
-    subtle: never from tokens decoded one by one: a SentencePiece token decoded alone loses its
-    leading space ("▁Cahn" -> "Cahn"), and a byte token of a character split over several tokens
-    ("Î" = <0xC3><0x8E>) decodes alone to "\ufffd". A prefix that ends inside a character decodes
-    to a trailing "\ufffd"; its tokens share the span of the token that completes the character.
-    """
+    its stop cut: common.decode_continuations), from the lengths of the decoded prefixes. subtle: never
+    from tokens decoded one by one: a SentencePiece token decoded alone loses its leading space ("▁Cahn"
+    -> "Cahn"), and a byte token of a character split over several tokens ("Î" = <0xC3><0x8E>) decodes
+    alone to "\ufffd". A prefix that ends inside a character decodes to a trailing "\ufffd"; its tokens
+    share the span of the token that completes the character."""
     spans, start, pending = [], 0, 0
     prefixes = common.decode_continuations(tok, [ids[:i + 1] for i in range(len(ids))])
     for i, prefix in enumerate(prefixes):
@@ -182,14 +180,11 @@ def token_spans(tok, ids: list[int]) -> list[tuple[int, int]]:
 
 def query_from_step(tok, gen: common.Generation, text: str, question: str, previous: str) -> str:
     """Self-aware retrieval's query (paper 3.1 "Query Generation", official _build_query): the step with
-    its uncertain words removed.
-
-    A word stays if each of its tokens had p >= PROB_KEEP, or it appears in the question or in the
-    previous step (substring test, as the official code); stop words and thus/answer/so are dropped.
-    Divergences besides the stop-word list (module docstring): thus/answer/so go in any case (official:
-    the lower-case words only, so "Thus" can stay there), and a word no token covers stays when the
-    question or previous step holds it (official: every such word is skipped).
-    """
+    its uncertain words removed. A word stays if each of its tokens had p >= PROB_KEEP, or it appears in
+    the question or in the previous step (substring test, as the official code); stop words and
+    thus/answer/so are dropped. Divergences besides the stop-word list (module docstring): thus/answer/so
+    go in any case (official: the lower-case words only, so "Thus" can stay there), and a word no token
+    covers stays when the question or previous step holds it (official: every such word is skipped)."""
     spans = token_spans(tok, gen.token_ids)
     offset = len(gen.text) - len(gen.text.lstrip())   # `text` is the stripped greedy text
     kept = []
@@ -347,42 +342,46 @@ def solve_multihop(model, tok, bm25, prefix: str, question: str, s: Settings, bu
     steps: list[str] = []          # rationale buffer
     docs: list[dict] = []          # knowledge buffer (one passage per retrieval)
     searched: set[str] = set()
-    trace = []
-    while True:
-        c = call(model, tok, build_prompt(prefix, question, steps, [passage_text(d) for d in docs]),
-                 stop_strings(bool(steps), final=False), s, budget)
-        every_step = s.retrieve == "no-sa-retrieval"      # paper 5.1: retrieve for each generation step
-        retrieve = every_step or should_retrieve(c.score, c.text, s.delta)
-        entry = {"text": c.text, "score": _num(c.score), "samples": c.samples, "retrieved": False}
-        trace.append(entry)
-        if not every_step and step_answer(c.gen) is not None:       # official check_final_step
-            steps.append(c.text)        # a final answer is never retrieval-checked (official order)
-            break
-        if not retrieve:                # (an empty step always retrieves: should_retrieve)
-            steps.append(c.text)
-        else:
-            full, query, hits = search(tok, bm25, c, question, steps, docs, searched)
-            searched.add(full)
-            entry.update(retrieved=True, query=query)
-            if not hits:                # a repeated query or no new passage: the step is dropped, the loop ends
-                if every_step and step_answer(c.gen) is not None:       # (official); the ablation's final
-                    steps.append(c.text)    # step, searched only in the ablation, still gives its answer [ours]
+    trace, stopped = [], None
+    try:    # a prompt past the model's context ends the chain there, reasoned on (vLLM: an empty output) [ours]
+        while True:
+            c = call(model, tok, build_prompt(prefix, question, steps, [passage_text(d) for d in docs]),
+                     stop_strings(bool(steps), final=False), s, budget)
+            every_step = s.retrieve == "no-sa-retrieval"      # paper 5.1: retrieve for each generation step
+            retrieve = every_step or should_retrieve(c.score, c.text, s.delta)
+            entry = {"text": c.text, "score": _num(c.score), "samples": c.samples, "retrieved": False}
+            trace.append(entry)
+            if not every_step and step_answer(c.gen) is not None:       # official check_final_step
+                steps.append(c.text)        # a final answer is never retrieval-checked (official order)
                 break
-            hits = hits if s.rerank else hits[:1]       # "- S.A. Re-rank": BM25's first passage alone
-            context = [passage_text(d) for d in docs]
-            prompts = [build_prompt(prefix, question, steps, context + [passage_text(h)]) for h in hits]
-            stop = stop_strings(bool(steps), final=False)
-            chosen, passage, entry["candidates"] = rerank(model, tok, hits, prompts, stop, s, budget)    # one batch
-            entry["chosen"] = passage["id"]
-            docs.append(passage)
-            steps.append(chosen.text)
-            if step_answer(chosen.gen) is not None:
+            if not retrieve:                # (an empty step always retrieves: should_retrieve)
+                steps.append(c.text)
+            else:
+                full, query, hits = search(tok, bm25, c, question, steps, docs, searched)
+                searched.add(full)
+                entry.update(retrieved=True, query=query)
+                if not hits:                # a repeated query or no new passage: the step is dropped, the loop ends
+                    if every_step and step_answer(c.gen) is not None:       # (official); the ablation's final
+                        steps.append(c.text)    # step, searched only in the ablation, still gives its answer [ours]
+                    break
+                hits = hits if s.rerank else hits[:1]       # "- S.A. Re-rank": BM25's first passage alone
+                context = [passage_text(d) for d in docs]
+                prompts = [build_prompt(prefix, question, steps, context + [passage_text(h)]) for h in hits]
+                stop = stop_strings(bool(steps), final=False)
+                chosen, passage, entry["candidates"] = rerank(model, tok, hits, prompts, stop, s, budget)    # one batch
+                entry["chosen"] = passage["id"]
+                docs.append(passage)
+                steps.append(chosen.text)
+                if step_answer(chosen.gen) is not None:
+                    break
+            if len(steps) >= MAX_STEPS or len(docs) >= MAX_DOCS:
                 break
-        if len(steps) >= MAX_STEPS or len(docs) >= MAX_DOCS:
-            break
+    except common.InputError as e:
+        stopped = str(e)
     final = reason(model, tok, prefix, question, steps, docs, s, budget)
     return {"prediction": final["answer"] or "", "retrievals": len(docs), "model_calls": budget.calls,
-            "trace": {"steps": trace, "passages": [d["id"] for d in docs], **final}}
+            "trace": {"steps": trace, "passages": [d["id"] for d in docs], **final,
+                      **({"stopped": stopped} if stopped else {})}}
 
 
 def search(tok, bm25, failed: Call, question: str, steps: list[str], docs: list[dict],

@@ -703,6 +703,22 @@ def test_forced_answer_is_100_tokens_in_reasoning_20_in_simple_qa_and_the_baseli
 
 
 
+def test_a_step_prompt_past_the_context_ends_the_chain_and_the_answer_is_reasoned(monkeypatch):
+    """The second step's prompt outgrows the model's context: the chain ends there and the final reasoning
+    answers from the first step (the question was a failed row, its step lost); the trace says why."""
+    def call(model, tok, prompt, stop, s, budget):
+        budget.calls += 1
+        if ". " in stop and "Beta is a builder." in prompt:      # a step prompt after the first step
+            raise common.InputError("prompt of 5000 tokens + 100 new ones exceeds the model's context of 4096 tokens")
+        text = "Beta is a builder." if ". " in stop else "So the answer is Gamma."
+        return seakr.Call(text, -9.0, common.Generation(text, [], [], "eos"), 3)
+    monkeypatch.setattr(seakr, "call", call)
+    s = seakr.Settings(delta=0.0, layer=0, final="rationales")
+    out = seakr.solve_multihop(None, None, None, "P", "Q", s, seakr.Budget(0))
+    assert out["prediction"] == "Gamma" and [st["text"] for st in out["trace"]["steps"]] == ["Beta is a builder."]
+    assert out["trace"]["stopped"].startswith("prompt of 5000 tokens")
+
+
 def test_reason_forces_the_passages_answer_when_their_chain_names_none(monkeypatch):
     # "So the answer is ." names an empty answer: official read_all_docs keeps "" with its U; here it counts as
     # none, and the answer is forced on the same prompt (docs/seakr.md, changes results)
