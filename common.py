@@ -677,8 +677,9 @@ def load_retriever(args, records: list[dict], preset: str = "seakr"):
 
 
 def question_seed(base: int, qid: str) -> int:
-    """A per-question seed: a resumed or sharded run draws from an uninterrupted one's random streams (and
-    answer_all starts each question with no cached prefix, so that its floats are the same too)."""
+    """A per-question seed: a resumed run draws from an uninterrupted one's random streams. subtle: not always to
+    the same tokens: resumed, the few-shot head is prefilled whole, not reused from the question before
+    (speed.py), the last float bits apart (about 1e-6 in float32), which can turn a near-tie."""
     import zlib
     return (base * 1_000_003 + zlib.crc32(str(qid).encode())) % (2**31)
 
@@ -875,7 +876,6 @@ def answer_all(args, method: str, solve, records: list[dict], out: Path, code: s
             for rec in (bar := tqdm(todo, desc=method, unit="q", dynamic_ncols=True)):
                 _BAR[:] = [bar]
                 start, cpu_start = time.time(), time.process_time()
-                speed.forget_prefix()   # each question from no cached prefix: its row as resumed, sharded or alone
                 try:
                     res, error = solve(rec), None
                 except retrieval.Unavailable:   # the search service is down: stop here, every row kept

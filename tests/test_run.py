@@ -11,7 +11,6 @@ import torch
 
 import common
 import models
-import speed
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -148,24 +147,6 @@ def test_ctrl_c_under_overwrite_says_to_resume_without_it(tmp_path):
         common.run(make_args(tmp_path, limit=2, overwrite=True), "fake", solve)
     with pytest.raises(common.Interrupted, match="run the same command again to resume"):
         common.run(make_args(tmp_path, limit=2), "fake", solve)
-
-
-def test_each_question_starts_with_no_cached_prefix_so_a_resumed_row_is_an_uninterrupted_ones(tmp_path, tiny):
-    """The fast path keeps a prompt's prefix KV cache across calls; carried from one question to the next, a
-    question's first call reused its predecessor's few-shot head, and a resumed (or sharded) run, where the
-    predecessor differs, got other last float bits. Each question now starts from none: the rows of a run
-    from question 3 equal those of a run of all of them, to the bit."""
-    model, tok = tiny
-    head = "Question: one two three four five six seven eight nine ten. Answer: a b c.\n\n" * 3
-
-    def solve(rec):
-        assert not speed._LAST and not speed._ROWS            # nothing carried over from the question before
-        g = common.greedy(model, tok, head + "Question: " + rec["question"] + "\nAnswer:", max_new_tokens=3)
-        return {"prediction": g.text, "trace": {"logprobs": g.logprobs}}
-    common.run(make_args(tmp_path, limit=3, output=str(tmp_path / "all.jsonl")), "fake", solve)
-    common.run(make_args(tmp_path, limit=3, skip=2, output=str(tmp_path / "third.jsonl")), "fake", solve)
-    alone, whole = common.metrics.read_rows(tmp_path / "third.jsonl"), common.metrics.read_rows(tmp_path / "all.jsonl")
-    assert [(r["prediction"], r["trace"]) for r in alone] == [(r["prediction"], r["trace"]) for r in whole[2:]]
 
 
 def test_resume_stops_when_a_setting_differs_and_overwrite_starts_afresh(tmp_path):
