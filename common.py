@@ -53,7 +53,8 @@ from questions import DATA_DIR, DATASETS, data_json, load_dataset, read_statemen
 from retrieval import STOP_WORDS, InputError  # noqa: F401
 # speed.py's (it imports nothing from here): the decoding rules both paths follow, check_cache_dir, shared_cache
 # (a KV cache's prefix reused by CtrlA's monitor, as the fast path reuses a prompt's; off under --plain)
-from speed import Generation, check_cache_dir, decode_continuations, draw, eos_ids, shared_cache  # noqa: F401
+from speed import (ContextTooLong, Generation, check_cache_dir, decode_continuations, draw, eos_ids,  # noqa: F401
+                   shared_cache)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -328,9 +329,9 @@ def check_context(model, prompt_tokens: int, max_new_tokens: int) -> None:
         raise InputError(f"a prompt of {prompt_tokens} tokens and {max_new_tokens} new ones: nothing to continue")
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit and prompt_tokens + max_new_tokens > limit:
-        raise InputError(f"prompt of {prompt_tokens} tokens + {max_new_tokens} new ones exceeds the model's "
-                         f"context of {limit} tokens; use a shorter question or fewer passages, or a model "
-                         "with a longer context")
+        raise ContextTooLong(f"prompt of {prompt_tokens} tokens + {max_new_tokens} new ones exceeds the model's "
+                             f"context of {limit} tokens; use a shorter question or fewer passages, or a model "
+                             "with a longer context")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -590,7 +590,7 @@ def solve(record: dict, main_lm, verifier_lm, bm25, s: Settings) -> dict:
         trace.update(queries=queries, evidence=evidence_lines(queries, [bm25.search(q, TOP_K) for q in queries]))
         try:
             trace["repair_output"], final = repair(main_lm, x0, trace, s, calls)   # raw, before clean_answer
-        except common.InputError as e:   # the repair prompt outgrew the context: r0, Z and the search stand
+        except common.ContextTooLong as e:   # the repair prompt outgrew the context: r0, Z and the search stand
             trace["repair_error"] = str(e)
             print(f"warning: {record['id']}: no repair ({e}); the answer is r0", file=sys.stderr)
     trace.update(final_answer=final, calls=calls)

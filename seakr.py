@@ -376,7 +376,7 @@ def solve_multihop(model, tok, bm25, prefix: str, question: str, s: Settings, bu
                     break
             if len(steps) >= MAX_STEPS or len(docs) >= MAX_DOCS:
                 break
-    except common.InputError as e:
+    except common.ContextTooLong as e:     # not retrieval.Unavailable: a search service down stops the run
         stopped = str(e)
     final = reason(model, tok, prefix, question, steps, docs, s, budget)
     return {"prediction": final["answer"] or "", "retrievals": len(docs), "model_calls": budget.calls,

@@ -33,6 +33,11 @@ from models import cpu_name
 from retrieval import InputError
 
 
+class ContextTooLong(InputError):
+    """A prompt and its continuation past the model's context (common.check_context): what a method may
+    answer around (SeaKR ends its chain, Rowen keeps r0), where any other InputError is not its to catch."""
+
+
 # ----------------------------------------------------------------------------------------------
 # What both paths follow (common.reference reads these too)
 

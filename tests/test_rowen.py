@@ -91,7 +91,7 @@ def test_a_repair_prompt_beyond_the_context_keeps_r0_and_what_was_computed(monke
     """Stage 3's prompt is the longest (t0 and the passages): where it outgrows the model's context, the
     question keeps r0 as its answer, its Z and its search, and says so, where it was a failed row."""
     def too_long(user):
-        raise common.InputError("prompt of 9000 tokens + 256 new ones exceeds the model's context of 8192 tokens")
+        raise common.ContextTooLong("prompt of 9000 tokens + 256 new ones exceeds the model's context of 8192 tokens")
     rules = dict(TQA_RULES, M=[(REPAIR_KEY, too_long)] + TQA_RULES["M"])
     out, _ = run_scripted(monkeypatch, tiny, rules, TQA, threshold=1.1)
     trace = out["trace"]

@@ -709,7 +709,7 @@ def test_a_step_prompt_past_the_context_ends_the_chain_and_the_answer_is_reasone
     def call(model, tok, prompt, stop, s, budget):
         budget.calls += 1
         if ". " in stop and "Beta is a builder." in prompt:      # a step prompt after the first step
-            raise common.InputError("prompt of 5000 tokens + 100 new ones exceeds the model's context of 4096 tokens")
+            raise common.ContextTooLong("prompt of 5000 tokens + 100 new ones exceeds the model's context of 4096 tokens")
         text = "Beta is a builder." if ". " in stop else "So the answer is Gamma."
         return seakr.Call(text, -9.0, common.Generation(text, [], [], "eos"), 3)
     monkeypatch.setattr(seakr, "call", call)
@@ -717,6 +717,19 @@ def test_a_step_prompt_past_the_context_ends_the_chain_and_the_answer_is_reasone
     out = seakr.solve_multihop(None, None, None, "P", "Q", s, seakr.Budget(0))
     assert out["prediction"] == "Gamma" and [st["text"] for st in out["trace"]["steps"]] == ["Beta is a builder."]
     assert out["trace"]["stopped"].startswith("prompt of 5000 tokens")
+
+
+def test_a_search_service_down_mid_chain_stops_the_run_not_the_chain(monkeypatch):
+    """Only a context overflow ends the chain; Elasticsearch gone (retrieval.Unavailable, an InputError too)
+    must reach the run loop, which stops with its rows kept, not turn into answers without passages."""
+    import retrieval
+    monkeypatch.setattr(seakr, "call", lambda model, tok, prompt, stop, s, budget: seakr.Call(
+        "Beta is", 9.0, common.Generation("Beta is", [], [], "eos"), 3))       # uncertain: it searches
+    def down(*a, **k):
+        raise retrieval.Unavailable("cannot reach Elasticsearch at http://127.0.0.1:9200")
+    monkeypatch.setattr(seakr, "search", down)
+    with pytest.raises(retrieval.Unavailable):
+        seakr.solve_multihop(None, None, None, "P", "Q", seakr.Settings(delta=0.0, layer=0), seakr.Budget(0))
 
 
 def test_reason_forces_the_passages_answer_when_their_chain_names_none(monkeypatch):
