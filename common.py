@@ -96,7 +96,7 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "au
     """(model, tokenizer) for an embedded alias, a Hugging Face id or a local directory; once per process
     for each (name, dtype, device, linear kernel), all as resolved.
 
-    dtype: auto (models.choose_dtype: bfloat16 on GPUs and on CPUs with AMX, else float32),
+    dtype: auto (models.choose_dtype: bfloat16 on GPUs, AMX CPUs and AMD ones with AVX512-BF16, else float32),
     float32, bfloat16, float16, or int8 (CPU only: float32 loaded, then models.quantize_int8).
     device: auto (cuda if available), cpu, cuda; on a GPU the weights are spread with device_map="auto".
     linear: the kernel of the linear layers (models.resolve_linear): auto (models.choose_linear), plain
@@ -555,7 +555,7 @@ def add_common_args(parser: argparse.ArgumentParser, dataset: str = "hotpotqa") 
     engineering.add_argument("--seed", type=int, default=0, help="base seed; each question derives its own")
     engineering.add_argument("--device", default="auto", help="auto, cpu or cuda")
     engineering.add_argument("--dtype", default="auto", choices=DTYPES,
-                             help="auto (bfloat16 on GPUs and on CPUs with AMX, "
+                             help="auto (bfloat16 on GPUs, AMX CPUs and AMD's with AVX512-BF16, "
                                   "else float32), float32, bfloat16, float16, or int8 (CPU only; faster, but it loses "
                                   "the model's closed-book knowledge: common.quantize_int8)")
     engineering.add_argument("--linear", default="auto", choices=LINEARS,

@@ -291,22 +291,44 @@ def cpu_name() -> str:
     return f"{name} ({extra})" if extra else name
 
 
-def choose_dtype(device: str, flags: str) -> tuple[str, str]:
-    """(dtype, why) for --dtype auto: the precision a method's question runs fastest in here, measured
-    with benchmarks/bench_limit.py (SeaKR's first demo question, Qwen2.5-Coder-0.5B's shapes, 2 cores;
-    benchmarks/README.md, "Precision and kernel by CPU kind").
+# --dtype auto on a CPU, by its kind (cpu_kind): the precision each kind's measurement found fastest, and
+# that measurement (benchmarks/bench_limit.py on each method's demo question(s), Qwen2.5-Coder-0.5B,
+# 2 cores, oneDNN's linear in both precisions; benchmarks/README.md, "Precision and kernel by CPU kind").
+DTYPE_BY_KIND = {
+    "AMX": ("bfloat16", "bfloat16 measured faster on an Intel Xeon with AMX (family 6, model 207): SeaKR 159 s "
+                        "against 241 s in float32 (the 0.5B's shapes)"),
+    "AVX512-BF16, AMD": ("bfloat16", "bfloat16 measured faster on an AMD EPYC Zen 4 (family 25, model 17): SeaKR "
+                                     "44.3 s against 59.5 s in float32, CtrlA 68.8 against 112.9 s, Rowen 122.1 "
+                                     "against 142.1 s"),
+    "AVX512-BF16, Intel": ("float32", "float32 measured faster on an Intel Xeon with no AMX flag (family 6, model "
+                                      "207): SeaKR 55.4 s against 57.2 s in bfloat16 (one run each)"),
+    "AVX2": ("float32", "float32: bfloat16 is emulated without AVX512-BF16 (CtrlA at 0.41x float32's speed on an "
+                        "AMD EPYC Zen 3, family 25 model 1)"),
+    "other": ("float32", "float32: no bfloat16 unit known here"),
+}
 
-    bfloat16 on a GPU and on CPUs with AMX (an Intel Xeon, family 6 model 207: 159 s against 241 s in
-    float32, oneDNN's linear both); float32 on every other CPU: without AMX, bfloat16 was slower even with
-    AVX512-BF16 (the same Xeon model, no AMX flag: 57.2 s against 55.4 s, oneDNN both; 66.2 s with torch's
-    own linear) and is emulated on AVX2-only CPUs (0.41x for CtrlA on an AMD EPYC). AMD CPUs with
-    AVX512-BF16 (Zen 4) follow the rule unmeasured.
-    """
+
+def cpu_kind(flags: str, vendor: str) -> str:
+    """The kind of CPU that --dtype auto chooses by: "AMX" (amx_bf16), "AVX512-BF16, AMD"
+    (Zen 4: avx512_bf16, no AMX), "AVX512-BF16, Intel" (avx512_bf16 and no amx_bf16 flag from any other
+    vendor: Cooper Lake, or a virtual machine that hides AMX), "AVX2", or "other" (Arm, no /proc/cpuinfo).
+    The two AVX512-BF16 kinds are apart because they measured apart (DTYPE_BY_KIND)."""
+    have = set(flags.split())
+    if "amx_bf16" in have:
+        return "AMX"
+    if "avx512_bf16" in have:
+        return "AVX512-BF16, AMD" if vendor == "AuthenticAMD" else "AVX512-BF16, Intel"
+    return "AVX2" if "avx2" in have else "other"
+
+
+def choose_dtype(device: str, flags: str, vendor: str = "") -> tuple[str, str]:
+    """(dtype, why) for --dtype auto: bfloat16 on a GPU; on a CPU, the precision its kind's question(s) ran
+    fastest in (DTYPE_BY_KIND), the measurement named in why."""
     if device != "cpu":
         return "bfloat16", f"device {device}"
-    if "amx_bf16" in set(flags.split()):
-        return "bfloat16", "CPU has amx_bf16: bfloat16 measured faster than float32 there"
-    return "float32", "CPU has no amx_bf16: bfloat16 measured slower than float32 without AMX"
+    kind = cpu_kind(flags, vendor)
+    dtype, measured = DTYPE_BY_KIND[kind]
+    return dtype, f"{kind} CPU: {measured}"
 
 
 def resolve_dtype(dtype: str, device: str) -> tuple[str, str]:
@@ -314,7 +336,7 @@ def resolve_dtype(dtype: str, device: str) -> tuple[str, str]:
     machine (the run settings record it too), any other value as given."""
     if dtype != "auto":
         return dtype, "as given"
-    return choose_dtype(device, cpu_flags() if device == "cpu" else "")
+    return choose_dtype(device, *((cpu_flags(), cpu_info("vendor_id")) if device == "cpu" else ("", "")))
 
 
 def choose_linear(device: str, dtype: str, flags: str) -> tuple[str, str]:
@@ -325,12 +347,13 @@ def choose_linear(device: str, dtype: str, flags: str) -> tuple[str, str]:
 
     onednn on x86 CPUs, where it was measured faster on every kind (benchmarks/README.md, "Precision
     and kernel by CPU kind"): float32 on an AMD EPYC with AVX2 only (one SeaKR question on
-    Qwen2.5-Coder-1.5B 393 -> 142 s), on an Intel Xeon without AMX (59.9 -> 55.4 s, 0.5B) and with AMX
-    (315 -> 241 s, 0.5B's shapes); bfloat16 on both Xeons (66.2 -> 57.2 s; 0.220 -> 0.175 s a step).
-    bfloat16 needs AVX512-BF16 or AMX for it, and torch's own check to pass (it asks for avx_ne_convert
-    or AVX-512 BW/VL/DQ, as --linear onednn does: where it fails, plain, not torch's RuntimeError when
-    the weights are reordered at load); AMD CPUs with AVX-512 (Zen 4) follow unmeasured. plain on GPUs,
-    other CPUs, float16 and int8.
+    Qwen2.5-Coder-1.5B 393 -> 142 s), on an AMD EPYC Zen 4 (0.5B: SeaKR 109.9 -> 59.5 s, CtrlA 162.6 ->
+    112.9 s, Rowen 365.7 -> 142.1 s), on an Intel Xeon without AMX (59.9 -> 55.4 s, 0.5B) and with AMX
+    (315 -> 241 s, 0.5B's shapes); bfloat16 on the Zen 4 (SeaKR 50.0 -> 44.3 s, CtrlA 106.4 -> 68.8 s,
+    Rowen 182.4 -> 122.1 s) and both Xeons (66.2 -> 57.2 s; 0.220 -> 0.175 s a step). bfloat16 needs
+    AVX512-BF16 or AMX for it, and torch's own check to pass (it asks for avx_ne_convert or AVX-512
+    BW/VL/DQ, as --linear onednn does: where it fails, plain, not torch's RuntimeError when the weights
+    are reordered at load). plain on GPUs, other CPUs, float16 and int8.
     """
     if device != "cpu":
         return "plain", f"device {device}: torch's own kernels"

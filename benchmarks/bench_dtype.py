@@ -104,7 +104,7 @@ def main():
     cfg = AutoConfig.from_pretrained(path)
     shapes = layer_shapes(cfg)
     flags = models.cpu_flags() if a.device == "cpu" else ""
-    auto, why = models.choose_dtype(a.device, flags)
+    auto, why = models.resolve_dtype("auto", a.device)
     seen = [f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8")
             if f in flags.split()]
     print(f"CPU: {models.cpu_name()}; flags: {' '.join(seen) or 'none of avx2/avx512/amx'}; "

@@ -1,6 +1,7 @@
 """How far a method's questions run from this CPU's limit for their matrix products.
 
     python benchmarks/bench_limit.py --method seakr|ctrla|rowen [--model ALIAS] [--limit N] [--linear auto|plain|onednn]
+                                     [--dtype auto|float32|bfloat16]
     python benchmarks/bench_limit.py --products [--model ALIAS] [--dtypes float32 bfloat16]
     python benchmarks/bench_limit.py --steps [--model ALIAS]
 
@@ -405,7 +406,7 @@ def main():
     p.add_argument("--method", choices=list(DEMO), help="the method to run on its demo set")
     p.add_argument("--model", default=common.DEFAULT_MODEL, help="alias, HF id or directory")
     p.add_argument("--limit", type=int, default=1, help="the first N demo questions")
-    p.add_argument("--dtype", default="float32", choices=common.DTYPES)
+    p.add_argument("--dtype", default="auto", choices=common.DTYPES, help="as a method's run resolves it")
     p.add_argument("--linear", default="auto", choices=common.LINEARS, help="kernel of the linear layers")
     p.add_argument("--rows", type=int, default=21, help="the decode shape's rows (SeaKR: 1 greedy + 20 samples)")
     p.add_argument("--prefill", type=int, default=600, help="the prefill shape's rows")
@@ -428,14 +429,14 @@ def main():
         table = products_table(cfg, a.dtypes, [1, 2, a.rows], a.prefill, a.repeats, a.openblas)
         print(json.dumps({"cpu": cpu, "model": a.model, "products": table}))
         return
+    dtype = models.resolve_dtype(a.dtype, "cpu")[0]
     if a.steps:
-        table = steps_table(a.model, a.dtype, a.prefill, [1, 2, a.rows], a.repeats)
-        print(json.dumps({"cpu": cpu, "model": a.model, "dtype": a.dtype, "steps": table,
+        table = steps_table(a.model, dtype, a.prefill, [1, 2, a.rows], a.repeats)
+        print(json.dumps({"cpu": cpu, "model": a.model, "dtype": dtype, "steps": table,
                           "load_average": os.getloadavg()[0]}))
         return
     if not a.method:
         p.error("pass --method (or --products)")
-    dtype = models.resolve_dtype(a.dtype, "cpu")[0]
     linear = models.resolve_linear(a.linear, "cpu", dtype)[0]
     argv = ["--model", a.model, "--limit", str(a.limit), "--dtype", a.dtype, "--device", "cpu",
             "--linear", a.linear] + rest

@@ -153,17 +153,27 @@ XEON_AVX512_BF16 = "fpu sse2 avx avx2 avx512f avx512bw avx512_bf16"     # family
 EPYC_AVX2 = "fpu vme sse sse2 ssse3 sse4_1 sse4_2 avx f16c avx2 fma bmi2"
 
 
-@pytest.mark.parametrize("device,flags,dtype,why", [
-    ("cpu", XEON_AMX, "bfloat16", "amx_bf16"),
-    ("cpu", XEON_AVX512_BF16, "float32", "no amx_bf16"),  # measured: bfloat16 slower without AMX
-    ("cpu", ZEN4, "float32", "no amx_bf16"),
-    ("cpu", EPYC_AVX2, "float32", "no amx_bf16"),
-    ("cpu", "", "float32", "no amx_bf16"),              # no /proc/cpuinfo (macOS)
-    ("cuda", "", "bfloat16", "cuda"),
+@pytest.mark.parametrize("device,flags,vendor,dtype,why", [
+    ("cpu", XEON_AMX, "GenuineIntel", "bfloat16", "AMX CPU: bfloat16 measured"),
+    ("cpu", XEON_AVX512_BF16, "GenuineIntel", "float32", "AVX512-BF16, Intel CPU: float32 measured"),
+    ("cpu", ZEN4, "AuthenticAMD", "bfloat16", "AVX512-BF16, AMD CPU: bfloat16 measured"),
+    ("cpu", ZEN4, "", "float32", "AVX512-BF16, Intel"),     # no vendor named: the kind measured slower in bfloat16
+    ("cpu", EPYC_AVX2, "AuthenticAMD", "float32", "AVX2 CPU: float32"),
+    ("cpu", "", "", "float32", "other CPU"),                # no /proc/cpuinfo (macOS)
+    ("cuda", "", "", "bfloat16", "cuda"),
 ])
-def test_choose_dtype(device, flags, dtype, why):
-    got, reason = models.choose_dtype(device, flags)
+def test_choose_dtype(device, flags, vendor, dtype, why):
+    got, reason = models.choose_dtype(device, flags, vendor)
     assert got == dtype and why in reason
+
+
+def test_auto_dtype_reads_the_vendor_of_this_cpu(monkeypatch):
+    monkeypatch.setattr(models, "cpu_flags", lambda: ZEN4)
+    monkeypatch.setattr(models, "cpu_info", lambda field: {"vendor_id": "AuthenticAMD"}.get(field, ""))
+    assert models.resolve_dtype("auto", "cpu")[0] == "bfloat16"
+    monkeypatch.setattr(models, "cpu_info", lambda field: {"vendor_id": "GenuineIntel"}.get(field, ""))
+    assert models.resolve_dtype("auto", "cpu")[0] == "float32"
+    assert models.resolve_dtype("float16", "cpu") == ("float16", "as given")
 
 
 def test_choose_dtype_matches_whole_flags_only():
@@ -250,7 +260,8 @@ def test_int8_is_refused_off_the_cpu_and_unknown_dtypes_are_named(tmp_path):
     ("cpu", "float32", XEON_AMX, "onednn", "measured faster"),
     ("cpu", "bfloat16", XEON_AVX512_BF16, "onednn", "AVX512-BF16 or AMX"),
     ("cpu", "bfloat16", XEON_AMX, "onednn", "AVX512-BF16 or AMX"),
-    ("cpu", "float32", ZEN4, "onednn", "measured faster"),            # unmeasured, follows the rule
+    ("cpu", "float32", ZEN4, "onednn", "measured faster"),
+    ("cpu", "bfloat16", ZEN4, "onednn", "AVX512-BF16 or AMX"),
     ("cpu", "bfloat16", EPYC_AVX2, "plain", "bfloat16"),              # oneDNN has no bfloat16 linear there
     ("cpu", "int8", EPYC_AVX2, "plain", "int8"),
     ("cpu", "float16", XEON_AMX, "plain", "float16"),

@@ -156,7 +156,7 @@ def test_resume_stops_when_a_setting_differs_and_overwrite_starts_afresh(tmp_pat
     assert settings["--model"] == common.DEFAULT_MODEL and settings["--seed"] == 0   # the CPU's default
     assert "--limit" not in settings and "--output" not in settings               # not settings
     assert settings["--dtype"] == "auto" and settings["precision"] == (
-        f"{models.choose_dtype('cpu', models.cpu_flags())[0]} on cpu")             # auto, as resolved here
+        f"{models.resolve_dtype('auto', 'cpu')[0]} on cpu")                          # auto, as resolved here
     assert settings["question file"].startswith(f"{(FIXTURES / 'nq_open.jsonl').stat().st_size} bytes, sha256 ")
     # --limit is not a setting: a longer run resumes and answers only the new question
     seen = []
