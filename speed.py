@@ -586,9 +586,13 @@ def _decode(model, tok, logits, past, mask, next_pos, *, sampled: torch.Tensor, 
 
 # Attention over a shared prompt, and grouped key/value heads kept grouped (load_model switches a model to it)
 
+HALF = (torch.bfloat16, torch.float16)   # 16-bit states, whose decoding steps attend in float32 (_sdpa_grouped)
+
+
 def _sdpa_grouped(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
-    """transformers' "sdpa" attention, except for two things. Rows that share their prompt in the
-    cache (_SharedPromptLayer) read it once for all rows (_attend_shared_prompt). And on CPU,
+    """transformers' "sdpa" attention, except for three things. Rows that share their prompt in the
+    cache (_SharedPromptLayer) read it once for all rows (_attend_shared_prompt). On CPU, a decoding
+    step of 16-bit states attends in float32 (the note below). And on CPU,
     grouped key/value heads (GQA) stay grouped under a padding mask: transformers then copies every
     key/value head once for each query head it serves (repeat_kv: the whole cache, three times over
     for SmolLM2, per layer and step), while torch's enable_gqa reads them in place (40 ms -> 2.6 ms
@@ -598,6 +602,15 @@ def _sdpa_grouped(module, query, key, value, attention_mask, dropout=0.0, scalin
     prompt = getattr(key, "shared_prompt", None)
     if prompt is not None:
         return _attend_shared_prompt(query, key, value, prompt, attention_mask, scaling), None
+    if query.device.type == "cpu" and query.dtype in HALF and query.shape[2] == 1:
+        # subtle: torch's CPU attention kernel is several times slower on 16-bit states than on float32
+        # ones for a decoding step's one query (9 rows x 400 keys: 3.4 ms in bfloat16, 0.4 ms in float32;
+        # 56% of a Rowen step in bfloat16, AMD EPYC Zen 4; benchmarks/README.md), so a step attends in
+        # float32 and returns its dtype. Closer to float32's output than the 16-bit kernel, not equal.
+        mask = attention_mask if attention_mask is None or attention_mask.dtype == torch.bool else attention_mask.float()
+        out, weights = _sdpa_grouped(module, query.float(), key.float(), value.float(), mask, dropout, scaling,
+                                     **kwargs)
+        return out.to(query.dtype), weights
     if (attention_mask is None or getattr(module, "num_key_value_groups", 1) == 1 or query.device.type != "cpu"
             or kwargs.get("position_bias") is not None or kwargs.get("output_attentions")):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,

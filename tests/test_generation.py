@@ -326,6 +326,29 @@ def test_alternating_prompt_families_each_find_their_cached_prefix(tiny):
         speed.REUSE_PREFIX = True
 
 
+def test_a_16_bit_decoding_step_attends_in_float32_on_cpu(tiny):
+    # torch's CPU kernel is several times slower on 16-bit states for one query (speed._sdpa_grouped):
+    # a decoding step's states attend in float32 and come back in their dtype; a prefill stays 16-bit
+    model, tok = tiny
+    attn = common.decoder_layers(model)[0].self_attn
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 4, 1, 8), torch.randn(3, 2, 9, 8), torch.randn(3, 2, 9, 8)
+    mask = torch.ones(3, 1, 1, 9, dtype=torch.bool)
+    mask[0, ..., :3] = False                                      # row 0 left-padded by three
+    for dt in (torch.bfloat16, torch.float16):
+        ours, _ = speed._sdpa_grouped(attn, q.to(dt), k.to(dt), v.to(dt), mask, scaling=0.3)
+        up = sdpa(q.to(dt).float(), k.to(dt).float(), v.to(dt).float(), attn_mask=mask, scale=0.3, enable_gqa=True)
+        assert ours.dtype == dt and torch.equal(ours, up.transpose(1, 2).to(dt))
+        ours, _ = speed._sdpa_grouped(attn, q.to(dt), k.to(dt), v.to(dt), None, scaling=0.3)   # no mask
+        assert torch.equal(ours, sdpa(q.to(dt).float(), k.to(dt).float(), v.to(dt).float(), scale=0.3,
+                                      enable_gqa=True).transpose(1, 2).to(dt))
+    q2, m2 = torch.randn(3, 4, 2, 8).bfloat16(), torch.ones(3, 1, 2, 9, dtype=torch.bool)
+    ours, _ = speed._sdpa_grouped(attn, q2, k.bfloat16(), v.bfloat16(), m2, scaling=0.3)     # two queries: 16-bit
+    assert torch.equal(ours, sdpa(q2, k.bfloat16(), v.bfloat16(), attn_mask=m2, scale=0.3,
+                                  enable_gqa=True).transpose(1, 2).contiguous())
+
+
 def test_grouped_attention_equals_transformers_sdpa_with_padding(tiny):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     model, tok = tiny
