@@ -351,6 +351,8 @@ def _run_args(tmp_path, **kw):
 
 def test_settings_record_the_kernel_and_a_resume_with_another_is_refused(tmp_path, monkeypatch):
     answer = lambda rec: {"prediction": rec["answers"][0]}     # noqa: E731
+    for switch in ("PLAIN", "REUSE_PREFIX", "BATCH"):      # a --plain run sets them for its process: restored
+        monkeypatch.setattr(common.speed, switch, getattr(common.speed, switch))
     monkeypatch.setattr(models, "cpu_flags", lambda: "fpu avx2 fma")               # an x86 CPU: onednn
     assert common.run_settings(_run_args(tmp_path), None)["linear layers"] == "onednn"
     assert common.run_settings(_run_args(tmp_path, plain=True), None)["linear layers"] == "plain"
