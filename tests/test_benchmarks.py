@@ -164,6 +164,27 @@ def test_same_rows_ignores_the_clock_and_names_the_first_difference(tmp_path, ca
     assert sr.main([str(before), str(after / "run.jsonl")]) == 2          # a folder against a file
 
 
+# ---------------------------------------------------------------- bench_attention.py: what the fast path attends with
+
+def test_bench_attention_times_what_the_fast_path_computes(tiny):
+    """Its "bfloat16 in float32" way gives speed._sdpa_grouped's output for a 16-bit decoding step, and its
+    "bfloat16" way the kernel's, which the fast path keeps for a prefill."""
+    import torch
+    import common
+    import speed
+    ba = load("bench_attention")
+    attn = common.decoder_layers(tiny[0])[0].self_attn           # 4 query heads over 2 key/value heads
+    torch.manual_seed(1)
+    q, k, v = torch.randn(2, 4, 1, 8).bfloat16(), torch.randn(2, 2, 6, 8).bfloat16(), torch.randn(2, 2, 6, 8).bfloat16()
+    mask = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    mask[1, ..., :2] = False
+    ours = speed._sdpa_grouped(attn, q, k, v, mask, scaling=8 ** -0.5)[0]
+    assert torch.equal(ours, ba.attend(q, k, v, mask, False, True).transpose(1, 2))
+    q6, m6 = torch.randn(2, 4, 6, 8).bfloat16(), torch.ones(2, 1, 6, 6, dtype=torch.bool).tril()
+    prefill = speed._sdpa_grouped(attn, q6, k, v, m6, scaling=8 ** -0.5)[0]
+    assert torch.equal(prefill, ba.attend(q6, k, v, m6, False, False).transpose(1, 2))
+
+
 # ---------------------------------------------------------------- bf16_drift.py: the state U reads, fed again
 
 def test_bf16_drift_refeeds_the_state_reference_records(tiny_real):
