@@ -11,10 +11,10 @@ float32 states, bfloat16 states through torch's kernel, and bfloat16 states atte
 back (what speed._sdpa_grouped does for a 16-bit decoding step on CPU). Prints each way's median ms per
 call and the largest difference of the two bfloat16 ways from float32's output.
 
---model instead times whole greedy decoding steps of the model in bfloat16 (oneDNN's linear), --rows
-prompts of about --context random tokens under a padding mask (Rowen's batches), with a decoding step's
-attention in float32 as the fast path has it and with torch's bfloat16 kernel (speed.HALF emptied), the
-two in turn, and the float32 model's step beside them: median ms a step over 32 steps, 3 rounds.
+--model instead times the model's whole decoding steps in bfloat16 (oneDNN's linear): --rows prompts of
+up to --context random tokens, left-padded (Rowen's batches), one token a row a step on their cache, with
+a step's attention in float32 as the fast path has it and with torch's bfloat16 kernel (speed.HALF
+emptied), and the float32 model's step beside them: the median ms of 32 steps, 3 rounds in turn.
 """
 from __future__ import annotations
 
@@ -50,26 +50,37 @@ def attend(q, k, v, mask, causal, up: bool):
 
 
 def model_steps(alias: str, rows: int, context: int) -> dict:
-    """Median ms a greedy decoding step: bfloat16 with float32 attention, bfloat16 throughout, float32."""
+    """Median ms a decoding step (rows x one token on a left-padded prompt cache, the shapes fixed whatever
+    the tokens): bfloat16 with float32 attention, bfloat16 throughout, float32."""
+    from transformers import DynamicCache
     torch.manual_seed(0)
-    ids = [torch.randint(100, 20000, (context - 7 * i,)).tolist() for i in range(rows)]   # left-padded batch
-    loaded = {dt: common.load_model(alias, dt, "cpu", "onednn") for dt in ("bfloat16", "float32")}
+    lengths = [context - 7 * i for i in range(rows)]
+    ids = torch.randint(100, 20000, (rows, context))
+    mask = torch.ones(rows, context, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        mask[i, :context - n] = 0                                          # left padding
+    loaded = {dt: common.load_model(alias, dt, "cpu", "onednn")[0] for dt in ("bfloat16", "float32")}
     ways = {"bfloat16, float32 attention": ("bfloat16", speed.HALF), "bfloat16": ("bfloat16", ()),
             "float32": ("float32", speed.HALF)}
     times = {w: [] for w in ways}
-    half, speed.REUSE_PREFIX = speed.HALF, False    # each call prefills: the two calls differ by 32 steps alone
+    half = speed.HALF
     try:
-        for _ in range(3):
-            for w, (dt, kinds) in ways.items():
-                model, tok = loaded[dt]
-                speed.HALF = kinds
-                run = [time.perf_counter()]
-                for n in (4, 36):    # the difference: 32 decoding steps, without the prefill
-                    common.greedy(model, tok, ids, max_new_tokens=n, stop=())
-                    run.append(time.perf_counter())
-                times[w].append(1000 * ((run[2] - run[1]) - (run[1] - run[0])) / 32)
+        with torch.inference_mode():
+            for _ in range(3):
+                for w, (dt, kinds) in ways.items():
+                    model, speed.HALF = loaded[dt], kinds
+                    past, m = DynamicCache(config=model.config), mask
+                    out = model(input_ids=ids, attention_mask=m, past_key_values=past, use_cache=True)
+                    for step in range(33):
+                        token = out.logits[:, -1].argmax(-1, keepdim=True)
+                        m = torch.cat([m, torch.ones(rows, 1, dtype=torch.long)], 1)
+                        start = time.perf_counter()
+                        out = model(input_ids=token, attention_mask=m, past_key_values=out.past_key_values,
+                                    use_cache=True)
+                        if step:                                           # the first step warms
+                            times[w].append(1000 * (time.perf_counter() - start))
     finally:
-        speed.HALF, speed.REUSE_PREFIX = half, True
+        speed.HALF = half
     return {w: round(statistics.median(t), 1) for w, t in times.items()}
 
 
