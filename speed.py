@@ -606,7 +606,8 @@ def _sdpa_grouped(module, query, key, value, attention_mask, dropout=0.0, scalin
         # subtle: torch's CPU attention kernel is 5-6x slower on 16-bit states than on float32 ones for
         # a decoding step's one query (9 rows x 1,000 keys: 7.5 ms in bfloat16, 1.5 ms in float32; a whole
         # 9-row step of Qwen2.5-Coder-0.5B 176.7 ms, 96.7 ms so; AMD EPYC Zen 4, benchmarks/README.md), so
-        # a step attends in float32 and returns its dtype: nearer float32's output than the 16-bit kernel.
+        # a step attends in float32 and returns its dtype, as far from float32's output as the kernel's
+        # (at most 1.0e-3 to 1.8e-3 off in both: benchmarks/bench_attention.py).
         mask = attention_mask if attention_mask is None or attention_mask.dtype == torch.bool else attention_mask.float()
         out, weights = _sdpa_grouped(module, query.float(), key.float(), value.float(), mask, dropout, scaling,
                                      **kwargs)
