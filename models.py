@@ -336,7 +336,9 @@ def resolve_dtype(dtype: str, device: str) -> tuple[str, str]:
     machine (the run settings record it too), any other value as given."""
     if dtype != "auto":
         return dtype, "as given"
-    return choose_dtype(device, *((cpu_flags(), cpu_info("vendor_id")) if device == "cpu" else ("", "")))
+    if device != "cpu":
+        return choose_dtype(device, "")
+    return choose_dtype(device, cpu_flags(), cpu_info("vendor_id"))
 
 
 def choose_linear(device: str, dtype: str, flags: str) -> tuple[str, str]:

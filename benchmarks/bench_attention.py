@@ -54,11 +54,10 @@ def model_steps(alias: str, rows: int, context: int) -> dict:
     the tokens): bfloat16 with float32 attention, bfloat16 throughout, float32."""
     from transformers import DynamicCache
     torch.manual_seed(0)
-    lengths = [context - 7 * i for i in range(rows)]
     ids = torch.randint(100, 20000, (rows, context))
     mask = torch.ones(rows, context, dtype=torch.long)
-    for i, n in enumerate(lengths):
-        mask[i, :context - n] = 0                                          # left padding
+    for i in range(rows):
+        mask[i, :7 * i] = 0                                                # row i left-padded by 7 i
     loaded = {dt: common.load_model(alias, dt, "cpu", "onednn")[0] for dt in ("bfloat16", "float32")}
     ways = {"bfloat16, float32 attention": ("bfloat16", speed.HALF), "bfloat16": ("bfloat16", ()),
             "float32": ("float32", speed.HALF)}
@@ -84,6 +83,14 @@ def model_steps(alias: str, rows: int, context: int) -> dict:
     return {w: round(statistics.median(t), 1) for w, t in times.items()}
 
 
+def emit(figures: dict, path: str | None) -> None:
+    """The figures as the JSON line printed last, and into path too where one is given."""
+    line = json.dumps({"cpu": models.cpu_name(), "threads": torch.get_num_threads(), **figures})
+    print(line)
+    if path:
+        Path(path).write_text(line + "\n")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--repeats", type=int, default=50, help="timed calls per way and shape (medians)")
@@ -98,11 +105,7 @@ def main() -> None:
         ms = model_steps(a.model, a.rows, a.context)
         print(f"{a.model}, {a.rows} rows of up to {a.context} tokens, ms a decoding step: "
               + ", ".join(f"{w} {m}" for w, m in ms.items()))
-        line = json.dumps({"cpu": models.cpu_name(), "threads": torch.get_num_threads(), "model": a.model,
-                           "rows": a.rows, "context": a.context, "ms_a_step": ms})
-        print(line)
-        if a.json:
-            Path(a.json).write_text(line + "\n")
+        emit({"model": a.model, "rows": a.rows, "context": a.context, "ms_a_step": ms}, a.json)
         return
     out = []
     for rows, n_q, n_k, padded in SHAPES:
@@ -134,10 +137,7 @@ def main() -> None:
         print(f"{rows:3d} rows x {n_q:3d} queries x {n_k:4d} keys{' (padded)' if padded else ''}: "
               + ", ".join(f"{w} {m} ms" for w, m in row["ms"].items())
               + f"; off float32's output by {diff['bfloat16']:.2g} (bfloat16), {diff['bfloat16 in float32']:.2g}")
-    line = json.dumps({"cpu": models.cpu_name(), "threads": torch.get_num_threads(), "shapes": out})
-    print(line)
-    if a.json:
-        Path(a.json).write_text(line + "\n")
+    emit({"shapes": out}, a.json)
 
 
 if __name__ == "__main__":
