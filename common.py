@@ -891,6 +891,7 @@ def answer_all(args, method: str, solve, records: list[dict], out: Path, code: s
                        # this process's CPU time, every thread's: a pause (SIGSTOP) adds to seconds, not to this
                        "cpu_seconds": round(time.process_time() - cpu_start, 3),
                        "cpu": where,   # a file may grow on machines of several kinds: its seconds name theirs
+                       "libraries": models.libraries(),   # and under other versions: its rows name theirs
                        "trace": res.get("trace", {}), **({"error": error} if error else {})}
                 fh.write(json.dumps(row, ensure_ascii=False) + "\n")
                 fh.flush()

@@ -248,6 +248,13 @@ def machine(device: str) -> str:
     return cpu_name() if device == "cpu" else torch.cuda.get_device_name(device)
 
 
+def libraries() -> str:
+    """What a row was computed with, named in its "libraries" field: torch's kernels and transformers'
+    model code decide the rounding, and so a near-tied greedy token, as the precision and kernel do."""
+    import transformers
+    return f"torch {torch.__version__}, transformers {transformers.__version__}"
+
+
 def default_model(device: str) -> tuple[str, str]:
     """(alias, why): the strongest alias whose `make demo` (SeaKR, the 16 HotpotQA demo questions) runs in
     a few minutes where it runs: Qwen2.5-Coder-1.5B on a GPU, SmolLM2-135M on any CPU.

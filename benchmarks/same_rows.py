@@ -3,7 +3,7 @@
     python benchmarks/same_rows.py BEFORE AFTER
 
 BEFORE and AFTER are two run files, or two folders whose run files (*.jsonl) are paired by name. Rows
-are paired by id and compared whole but for what a machine's clock decides (seconds, cpu); where two
+are paired by id and compared whole but for the machine's record (seconds, cpu, libraries); where two
 rows differ, the first differing place is named (a path into the row: trace.segments[2].scores[5]).
 The settings beside each file are compared too, but for the code hashes and --output (a change of
 code is the point of the check). Prints one line per file and exits 1 where any row differs.
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import eval as metrics  # noqa: E402
 
-CLOCK = ("seconds", "cpu_seconds", "cpu")      # what the machine's clock and kind decide, not the method
+CLOCK = ("seconds", "cpu_seconds", "cpu", "libraries")   # the machine's clock, kind and versions: not the method
 
 
 def first_difference(a, b, path: str = "") -> str | None:

@@ -144,20 +144,20 @@ def test_force_answers_writes_a_side_file_and_resumes(tmp_path, monkeypatch):
 
 def test_same_rows_ignores_the_clock_and_names_the_first_difference(tmp_path, capsys):
     sr = load("same_rows")
-    row = {"id": "q1", "prediction": "Paris", "seconds": 3.2, "cpu_seconds": 6.1, "cpu": "A",
+    row = {"id": "q1", "prediction": "Paris", "seconds": 3.2, "cpu_seconds": 6.1, "cpu": "A", "libraries": "torch 1",
            "trace": {"steps": [{"score": 0.5}, {"score": 0.25}]}}
     before, after = tmp_path / "before", tmp_path / "after"
     for folder, seconds, cpu, score in ((before, 3.2, "A", 0.25), (after, 9.9, "B", 0.25)):
         folder.mkdir()
         rows = [row, {**row, "id": "q2", "seconds": seconds, "cpu_seconds": seconds * 2, "cpu": cpu,
-                      "trace": {"steps": [{"score": 0.5}, {"score": score}]}}]
+                      "libraries": f"torch {cpu}", "trace": {"steps": [{"score": 0.5}, {"score": score}]}}]
         (folder / "run.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert sr.main([str(before), str(after)]) == 0
-    assert capsys.readouterr().out == "run.jsonl: 2 of 2 rows identical (all but seconds, cpu_seconds, cpu)\n"
+    assert capsys.readouterr().out == "run.jsonl: 2 of 2 rows identical (all but seconds, cpu_seconds, cpu, libraries)\n"
     lines = (after / "run.jsonl").read_text().splitlines()
     (after / "run.jsonl").write_text(lines[0] + "\n" + lines[1].replace("0.25", "0.26") + "\n")
     assert sr.main([str(before / "run.jsonl"), str(after / "run.jsonl")]) == 1
-    assert capsys.readouterr().out == ("run.jsonl: 1 of 2 rows identical (all but seconds, cpu_seconds, cpu); first difference: "
+    assert capsys.readouterr().out == ("run.jsonl: 1 of 2 rows identical (all but seconds, cpu_seconds, cpu, libraries); first difference: "
                                        "row q2, trace.steps[1].score\n")
     assert sr.first_difference({"a": [1, 2]}, {"a": [1]}) == "a (length 2 -> 1)"
     assert sr.first_difference({"a": 1}, {"a": 1, "b": 2}) == "b (only after)"
