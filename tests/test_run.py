@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import transformers
 
 import common
 import models
@@ -45,7 +46,6 @@ def test_run_writes_rows_resumes_and_summarises(tmp_path):
     assert summary["retrieval_rate"] == pytest.approx(round((n - 1) / n, 6))
     assert json.loads((tmp_path / "out.summary.json").read_text())["n"] == n
     assert all(r["cpu_seconds"] >= 0 for r in rows)
-    import transformers
     assert {r["libraries"] for r in rows} == {f"torch {torch.__version__}, transformers {transformers.__version__}"}
     # resume: nothing is recomputed, the summary is the same
     again = common.run(args, "fake", lambda rec: pytest.fail("recomputed a finished question"))
