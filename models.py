@@ -302,8 +302,9 @@ def cpu_name() -> str:
 # that measurement (benchmarks/bench_limit.py on each method's demo question(s), Qwen2.5-Coder-0.5B,
 # 2 cores, oneDNN's linear in both precisions; benchmarks/README.md, "Precision and kernel by CPU kind").
 DTYPE_BY_KIND = {
-    "AMX": ("bfloat16", "bfloat16 measured faster on an Intel Xeon with AMX (family 6, model 207): SeaKR 159 s "
-                        "against 241 s in float32 (the 0.5B's shapes)"),
+    "AMX": ("bfloat16", "bfloat16 measured faster on an Intel Xeon with AMX (family 6, model 167): on "
+                        "Qwen2.5-Coder-0.5B SeaKR 38.1 s against 55.9 s in float32, CtrlA 49.0 against 93.1 s, "
+                        "Rowen 94.8 against 127.2 s"),
     "AVX512-BF16, AMD": ("bfloat16", "bfloat16 measured faster on an AMD EPYC Zen 4 (family 25, model 17): SeaKR "
                                      "44.3 s against 59.5 s in float32, CtrlA 68.8 against 112.9 s, Rowen 122.1 "
                                      "against 142.1 s"),
@@ -348,6 +349,21 @@ def resolve_dtype(dtype: str, device: str) -> tuple[str, str]:
     return choose_dtype(device, cpu_flags(), cpu_info("vendor_id"))
 
 
+def attends_in_float32(flags: str) -> tuple[torch.dtype, ...]:
+    """The 16-bit dtypes whose decoding steps attend in float32 on this CPU (speed.HALF, read by
+    speed._sdpa_grouped), by its flags. torch's CPU attention kernel ran one query over bfloat16 states
+    5x to 6x slower than over float32 ones on an AMD EPYC Zen 4 (9 padded rows of 1,000 keys: 7.49
+    against 1.51 ms), and faster on an Intel Xeon with AMX (family 6, model 167: 0.61 against 0.96 ms,
+    the cast to float32 and back 1.27 ms; a whole 9-row decoding step of Qwen2.5-Coder-0.5B 86.8 ms in
+    bfloat16 against 97.6 ms with float32 attention), both with torch 2.13 (`python
+    benchmarks/bench_attention.py [--model qwen2.5-coder-0.5b]`, results/cpu-epyc-zen4/,
+    results/cpu-xeon-amx-model167/). So bfloat16 keeps torch's kernel where the CPU has AMX; float16,
+    not measured there, attends in float32 on every CPU."""
+    if "amx_bf16" in set(flags.split()):
+        return (torch.float16,)
+    return (torch.bfloat16, torch.float16)
+
+
 def choose_linear(device: str, dtype: str, flags: str) -> tuple[str, str]:
     """(kernel, why) for --linear auto: which maintained kernel computes the linear layers fastest
     here, by device, precision and CPU kind. "plain" is torch's nn.Linear (MKL's GEMM for float32 on
@@ -358,8 +374,10 @@ def choose_linear(device: str, dtype: str, flags: str) -> tuple[str, str]:
     and kernel by CPU kind"): float32 on an AMD EPYC with AVX2 only (one SeaKR question on
     Qwen2.5-Coder-1.5B 393 -> 142 s), on an AMD EPYC Zen 4 (0.5B: SeaKR 109.9 -> 59.5 s, CtrlA 162.6 ->
     112.9 s, Rowen 365.7 -> 142.1 s), on an Intel Xeon without AMX (59.9 -> 55.4 s, 0.5B) and with AMX
-    (315 -> 241 s, 0.5B's shapes); bfloat16 on the Zen 4 (SeaKR 50.0 -> 44.3 s, CtrlA 106.4 -> 68.8 s,
-    Rowen 182.4 -> 122.1 s) and both Xeons (66.2 -> 57.2 s; 0.220 -> 0.175 s a step). bfloat16 needs
+    (0.5B: SeaKR 67.5 -> 55.9 s, Rowen 185.4 -> 127.2 s; CtrlA, all one-row steps, 89.2 -> 93.1 s, the
+    one loss measured); bfloat16 on the Zen 4 (SeaKR 50.0 -> 44.3 s, CtrlA 106.4 -> 68.8 s, Rowen 182.4 ->
+    122.1 s) and both Xeons (66.2 -> 57.2 s; with AMX, CtrlA 61.5 -> 49.0 s, Rowen 111.9 -> 94.8 s,
+    SeaKR 0.141 -> 0.118 s a step). bfloat16 needs
     AVX512-BF16 or AMX for it, and torch's own check to pass (it asks for avx_ne_convert or AVX-512
     BW/VL/DQ, as --linear onednn does: where it fails, plain, not torch's RuntimeError when the weights
     are reordered at load). plain on GPUs, other CPUs, float16 and int8.

@@ -28,7 +28,7 @@ import torch
 import transformers
 from transformers.cache_utils import DynamicLayer
 
-from models import cpu_name
+from models import attends_in_float32, cpu_flags, cpu_name
 # bad input: a one-line message, no traceback; defined in retrieval.py, which imports no project file
 from retrieval import InputError
 
@@ -586,7 +586,7 @@ def _decode(model, tok, logits, past, mask, next_pos, *, sampled: torch.Tensor, 
 
 # Attention over a shared prompt, and grouped key/value heads kept grouped (load_model switches a model to it)
 
-HALF = (torch.bfloat16, torch.float16)   # 16-bit states, whose decoding steps attend in float32 (_sdpa_grouped)
+HALF = attends_in_float32(cpu_flags())   # 16-bit states whose CPU decoding steps attend in float32 (_sdpa_grouped)
 
 
 def _sdpa_grouped(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -604,10 +604,11 @@ def _sdpa_grouped(module, query, key, value, attention_mask, dropout=0.0, scalin
         return _attend_shared_prompt(query, key, value, prompt, attention_mask, scaling), None
     if query.device.type == "cpu" and query.dtype in HALF and query.shape[2] == 1:
         # subtle: torch's CPU attention kernel is 5-6x slower on 16-bit states than on float32 ones for
-        # a decoding step's one query (9 rows x 1,000 keys: 7.5 ms in bfloat16, 1.5 ms in float32; a whole
-        # 9-row step of Qwen2.5-Coder-0.5B 176.7 ms, 96.7 ms so; AMD EPYC Zen 4, benchmarks/README.md), so
-        # a step attends in float32 and returns its dtype, as far from float32's output as the kernel's
-        # (at most 1.0e-3 to 1.8e-3 off in both: benchmarks/bench_attention.py).
+        # a decoding step's one query where the CPU has no AMX (9 rows x 1,000 keys: 7.5 ms in bfloat16,
+        # 1.5 ms in float32; a whole 9-row step of Qwen2.5-Coder-0.5B 176.7 ms, 96.7 ms so; AMD EPYC Zen 4,
+        # benchmarks/README.md), so a step attends in float32 and returns its dtype, as far from float32's
+        # output as the kernel's (at most 1.0e-3 to 1.8e-3 off in both: benchmarks/bench_attention.py).
+        # With AMX the kernel is the faster one and HALF leaves bfloat16 out (models.attends_in_float32).
         mask = attention_mask if attention_mask is None or attention_mask.dtype == torch.bool else attention_mask.float()
         out, weights = _sdpa_grouped(module, query.float(), key.float(), value.float(), mask, dropout, scaling,
                                      **kwargs)

@@ -166,12 +166,13 @@ def test_same_rows_ignores_the_clock_and_names_the_first_difference(tmp_path, ca
 
 # ---------------------------------------------------------------- bench_attention.py: what the fast path attends with
 
-def test_bench_attention_times_what_the_fast_path_computes(tiny):
-    """Its "bfloat16 in float32" way gives speed._sdpa_grouped's output for a 16-bit decoding step, and its
-    "bfloat16" way the kernel's, which the fast path keeps for a prefill."""
+def test_bench_attention_times_what_the_fast_path_computes(tiny, monkeypatch):
+    """Its "bfloat16 in float32" way gives speed._sdpa_grouped's output for a 16-bit decoding step (on a
+    CPU without AMX), and its "bfloat16" way the kernel's, which the fast path keeps for a prefill."""
     import torch
     import common
     import speed
+    monkeypatch.setattr(speed, "HALF", (torch.bfloat16, torch.float16))
     ba = load("bench_attention")
     attn = common.decoder_layers(tiny[0])[0].self_attn           # 4 query heads over 2 key/value heads
     torch.manual_seed(1)

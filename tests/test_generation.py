@@ -326,9 +326,10 @@ def test_alternating_prompt_families_each_find_their_cached_prefix(tiny):
         speed.REUSE_PREFIX = True
 
 
-def test_a_16_bit_decoding_step_attends_in_float32_on_cpu(tiny):
+def test_a_16_bit_decoding_step_attends_in_float32_on_cpu(tiny, monkeypatch):
     # torch's CPU kernel is several times slower on 16-bit states for one query (speed._sdpa_grouped):
     # a decoding step's states attend in float32 and come back in their dtype; a prefill stays 16-bit
+    monkeypatch.setattr(speed, "HALF", (torch.bfloat16, torch.float16))   # as on a CPU without AMX
     model, tok = tiny
     attn = common.decoder_layers(model)[0].self_attn
     sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -346,6 +347,10 @@ def test_a_16_bit_decoding_step_attends_in_float32_on_cpu(tiny):
     q2, m2 = torch.randn(3, 4, 2, 8).bfloat16(), torch.ones(3, 1, 2, 9, dtype=torch.bool)
     ours, _ = speed._sdpa_grouped(attn, q2, k.bfloat16(), v.bfloat16(), m2, scaling=0.3)     # two queries: 16-bit
     assert torch.equal(ours, sdpa(q2, k.bfloat16(), v.bfloat16(), attn_mask=m2, scale=0.3,
+                                  enable_gqa=True).transpose(1, 2).contiguous())
+    monkeypatch.setattr(speed, "HALF", (torch.float16,))                  # as on an AMX CPU: its own kernel
+    ours, _ = speed._sdpa_grouped(attn, q.bfloat16(), k.bfloat16(), v.bfloat16(), mask, scaling=0.3)
+    assert torch.equal(ours, sdpa(q.bfloat16(), k.bfloat16(), v.bfloat16(), attn_mask=mask, scale=0.3,
                                   enable_gqa=True).transpose(1, 2).contiguous())
 
 

@@ -167,6 +167,17 @@ def test_choose_dtype(device, flags, vendor, dtype, why):
     assert got == dtype and why in reason
 
 
+@pytest.mark.parametrize("flags,half", [
+    (XEON_AMX, (torch.float16,)),                    # AMX: torch's bfloat16 attention measured the faster
+    (ZEN4, (torch.bfloat16, torch.float16)),         # AVX512-BF16 without AMX: 5x to 6x slower than float32
+    (XEON_AVX512_BF16, (torch.bfloat16, torch.float16)),
+    (EPYC_AVX2, (torch.bfloat16, torch.float16)),
+    ("amx_bf16x", (torch.bfloat16, torch.float16)),  # whole flags only
+])
+def test_which_16_bit_decoding_steps_attend_in_float32(flags, half):
+    assert models.attends_in_float32(flags) == half
+
+
 def test_auto_dtype_reads_the_vendor_of_this_cpu(monkeypatch):
     monkeypatch.setattr(models, "cpu_flags", lambda: ZEN4)
     monkeypatch.setattr(models, "cpu_info", lambda field: {"vendor_id": "AuthenticAMD"}.get(field, ""))
