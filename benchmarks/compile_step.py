@@ -1,11 +1,11 @@
 """torch.compile against the eager paths on a decoding step: what fusing the small operators would gain.
 
-    OMP_NUM_THREADS=2 python benchmarks/compile_step.py [--model smollm2-135m] [--context 300] [--steps 32]
+    OMP_NUM_THREADS=2 python benchmarks/compile_step.py [--model smollm2-135m] [--context 300] [--steps 32] [--dtype bfloat16]
 
 A method's one-row decoding steps spend tens of milliseconds outside the linear layers (norms, rotary
 embeddings, attention over the cache, dozens of small operators: bench_limit.py --products). inductor
 (torch.compile) fuses those into generated C++ kernels, with a static KV cache of fixed shapes. This times
-one greedy step at a `--context`-token cache, one row, float32, in one process, the three paths' rounds
+one greedy step at a `--context`-token cache, one row, float32 (or --dtype bfloat16), in one process, the three paths' rounds
 interleaved so that a drift of the machine falls on all three: eager with nn.Linear (--linear plain),
 eager with OneDNNLinear (--linear onednn) and the compiled plain model. It prints each path's median
 ms per step and the compile time, and checks that the compiled step's logits match eager's. --json FILE
@@ -76,11 +76,13 @@ def main(argv=None):
     p.add_argument("--context", type=int, default=300, help="prompt tokens in the cache before the timed steps")
     p.add_argument("--steps", type=int, default=32, help="greedy steps a round, each path")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     p.add_argument("--json", help="write the figures to this file")
     args = p.parse_args(argv)
-    model, _ = common.load_model(args.model, "float32", "cpu", linear="plain")
+    model, _ = common.load_model(args.model, args.dtype, "cpu", linear="plain")
     prompt = torch.randint(100, 5000, (1, args.context), generator=torch.Generator().manual_seed(0))
     got = {"model": args.model, "cpu": common.cpu_name(), "threads": torch.get_num_threads(), "context": args.context,
+           "dtype": args.dtype,
            **compare(model, prompt, args.steps, args.rounds)}
     best = min(v for k, v in got["ms_per_step"].items() if k.startswith("eager"))
     got["compiled_speedup_over_best_eager"] = round(best / got["ms_per_step"]["compiled plain"], 2)
