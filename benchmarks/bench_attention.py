@@ -8,13 +8,14 @@ One query per row (a decoding step), Qwen2.5-Coder-0.5B's heads (14 query heads 
 questions under a padding mask, SeaKR's 21 rows, CtrlA's one row), and a prefill for comparison. Each
 shape is timed three ways, their rounds interleaved so that a drift of the machine falls on all three:
 float32 states, bfloat16 states through torch's kernel, and bfloat16 states attended in float32 and cast
-back (what speed._sdpa_grouped does for a 16-bit decoding step on a CPU without AMX). Prints each way's median ms per
-call and the largest difference of the two bfloat16 ways from float32's output.
+back (what speed._sdpa_grouped does for a 16-bit decoding step on a CPU without AMX). Prints each way's
+median ms per call and the largest difference of the two bfloat16 ways from float32's output.
 
 --model instead times the model's whole decoding steps in bfloat16 (oneDNN's linear): --rows prompts of
 up to --context random tokens, left-padded (Rowen's batches), one token a row a step on their cache, with
 a step's attention in float32 as the fast path has it without AMX and with torch's bfloat16 kernel
-(speed.HALF emptied; as the fast path has it with AMX), and the float32 model's step beside them: the median ms of 32 steps, 3 rounds in turn.
+(speed.HALF emptied; as the fast path has it with AMX), and the float32 model's step beside them: the
+median ms of 32 steps, 3 rounds in turn.
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def model_steps(alias: str, rows: int, context: int) -> dict:
     for i in range(rows):
         mask[i, :7 * i] = 0                                                # row i left-padded by 7 i
     loaded = {dt: common.load_model(alias, dt, "cpu", "onednn")[0] for dt in ("bfloat16", "float32")}
-    cast = (torch.bfloat16, torch.float16)                                 # speed.HALF without AMX
+    cast = models.attends_in_float32("")                                   # speed.HALF on a CPU without AMX
     ways = {"bfloat16, float32 attention": ("bfloat16", cast), "bfloat16": ("bfloat16", ()),
             "float32": ("float32", cast)}
     times = {w: [] for w in ways}

@@ -5,9 +5,9 @@
 A method's one-row decoding steps spend tens of milliseconds outside the linear layers (norms, rotary
 embeddings, attention over the cache, dozens of small operators: bench_limit.py --products). inductor
 (torch.compile) fuses those into generated C++ kernels, with a static KV cache of fixed shapes. This times
-one greedy step at a `--context`-token cache, one row, float32 (or --dtype bfloat16), in one process, the three paths' rounds
-interleaved so that a drift of the machine falls on all three: eager with nn.Linear (--linear plain),
-eager with OneDNNLinear (--linear onednn) and the compiled plain model. It prints each path's median
+one greedy step at a `--context`-token cache, one row, float32 (or --dtype bfloat16), in one process,
+the three paths' rounds interleaved so that a drift of the machine falls on all three: eager with
+nn.Linear (--linear plain), eager with OneDNNLinear (--linear onednn) and the compiled plain model. It prints each path's median
 ms per step and the compile time, and checks that the compiled step's logits match eager's. --json FILE
 writes the figures. The methods do not compile: their calls vary in rows and prompt lengths (a compile
 per shape) and read states through hooks (see benchmarks/README.md for the figures that decided it).
