@@ -261,3 +261,37 @@ def test_cpu_grid_runs_each_cell_once_and_bfloat16_only_where_the_cpu_has_it(tmp
         line = json.loads((out / "ctrla-m1-onednn-float32.json").read_text())
         assert line["args"] == ("benchmarks/bench_limit.py --method ctrla --model m1 --limit 16 --linear onednn "
                                 "--dtype float32")
+
+
+# ---------------------------------------------------------------- profile_method.py: operators by what they serve
+
+def test_profile_method_groups_operators_and_adds_up_each_question():
+    import torch
+    pm = load("profile_method")
+    assert [pm.group_of(n) for n in ("mkldnn::_linear_pointwise", "aten::addmm", "aten::mm", "aten::bmm",
+                                     "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_softmax",
+                                     "aten::_log_softmax", "aten::topk", "aten::argmax", "aten::matmul",
+                                     "aten::copy_")] == [
+        "linear", "linear", "linear", "attention", "attention", "attention",
+        "sampling", "sampling", "sampling", "rest", "rest"]
+    prof = pm.Profiled()
+    x, w, b = torch.randn(3, 8), torch.randn(4, 8), torch.randn(4)
+    for _ in range(2):                      # two questions: the recorder is switched on and off for each
+        prof.on = True
+        assert prof.on
+        torch.nn.functional.linear(x, w, b)
+        torch.bmm(torch.randn(2, 3, 8), torch.randn(2, 8, 5))
+        prof.on = False
+    assert not prof.on and prof.wall > 0
+    assert prof.events["aten::addmm"][1] == 2 and prof.events["aten::bmm"][1] == 2
+    assert all(sec >= 0 for sec, _ in prof.events.values())
+    # a model's forward passes fold the events every FLUSH passes; none is lost or counted twice
+    model = torch.nn.Linear(8, 4)
+    prof.attach(model)
+    prof.attach(model)                      # attached again (bench_limit attaches each run): one hook
+    prof.FLUSH = 3
+    prof.on = True
+    for _ in range(7):
+        model(x)
+    prof.on = False
+    assert prof.events["aten::addmm"][1] == 2 + 7
