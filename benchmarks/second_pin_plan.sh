@@ -6,6 +6,8 @@
 #   git worktree add --detach ../wt-runs2 e860858       # once; then `make data` there (or DATA_FROM=...)
 #   cp results/2wikimultihopqa50-qwen2.5-coder-1.5b/* ../wt-runs2/results/2wikimultihopqa50-qwen2.5-coder-1.5b/
 #   source .venv/bin/activate && cd ../wt-runs2 && bash ../main/benchmarks/second_pin_plan.sh
+#   (or, for both pins' plans at once, with runs under way or on a new machine: bash benchmarks/pinned_runs.sh
+#   start, which copies no file of main's over a longer one in a worktree)
 #
 # Order: 2WikiMultihopQA's CoT and IRCoT, then SeaKR at 2Wiki's second delta. The runs planned after
 # those (CtrlA, never and always on HotpotQA and 2Wiki, the monitor run, the "- S.A. Retrieval" ablation)

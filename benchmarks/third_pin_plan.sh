@@ -11,6 +11,9 @@
 #   for d in hotpotqa50 hotpotqa50-monitor 2wikimultihopqa50; do
 #       mkdir -p ../wt-runs3/results/$d-qwen2.5-coder-1.5b && cp -r results/$d-qwen2.5-coder-1.5b/. ../wt-runs3/results/$d-qwen2.5-coder-1.5b/; done
 #   source .venv/bin/activate && cd ../wt-runs3 && bash ../main/benchmarks/third_pin_plan.sh
+#   (or, for both pins' plans at once, with runs under way or on a new machine: bash benchmarks/pinned_runs.sh
+#   start, which copies no file of main's over a longer one in a worktree, puts the
+#   growing copies in main's -cd147d0 folders in place)
 #
 # Order: HotpotQA's CtrlA, never and always again with the monitor run over the new never run's chains
 # (the README's headline rows); 2Wiki's CtrlA, never and always; the ablation on 2Wiki, then on HotpotQA

@@ -295,3 +295,67 @@ def test_profile_method_groups_operators_and_adds_up_each_question():
         model(x)
     prof.on = False
     assert prof.events["aten::addmm"][1] == 2 + 7
+
+
+# ---------------------------------------------------------------- pinned_runs.sh: run files between main and the worktrees
+
+def test_pinned_runs_copies_in_and_collects_back_without_losing_rows(tmp_path):
+    """copy: main's longer run files into the worktrees, a run the third pin makes again from its growing copy
+    in main (the first pin's file and forced answers taken out of the checkout); collect: what grew back to
+    its place, never a shorter file, a first-pin copy left alone, and a file that rewrote committed rows refused."""
+    import shutil
+    import subprocess
+    m = "qwen2.5-coder-1.5b"
+    main, w2, w3 = tmp_path / "main", tmp_path / "wt-runs2", tmp_path / "wt-runs3"
+    (main / "benchmarks").mkdir(parents=True)
+    shutil.copy(ROOT / "benchmarks" / "pinned_runs.sh", main / "benchmarks")
+
+    def put(path, rows, settings=None):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f'{{"id": "{r}"}}\n' for r in rows))
+        if settings is not None:
+            (path.parent / (path.name[:-len(".jsonl")] + ".settings.json")).write_text(settings)
+
+    def ids(path):
+        return [json.loads(line)["id"] for line in path.read_text().splitlines()]
+
+    def script(*args):
+        return subprocess.run(["bash", str(main / "benchmarks" / "pinned_runs.sh"), *args], capture_output=True,
+                              text=True)
+
+    put(main / f"results/2wikimultihopqa50-{m}/cot.jsonl", ["q1", "q2", "q3"], "cot@e860858")
+    put(w2 / f"results/2wikimultihopqa50-{m}/cot.jsonl", ["q1"], "cot@e860858")       # the checkout's, older
+    put(main / f"results/hotpotqa50-{m}/cot.jsonl", ["q1", "q2"], "cot@062262b")
+    put(main / f"results/hotpotqa50-{m}/ctrla.jsonl", ["a1", "a2", "a3"], "ctrla@062262b")
+    put(main / f"results/hotpotqa50-{m}/ctrla.forced.jsonl", ["a1"])
+    put(main / f"results/hotpotqa50-{m}/ctrla-never.jsonl", ["n1"], "never@062262b")
+    put(main / f"results/hotpotqa50-{m}-cd147d0/ctrla.jsonl", ["b1", "b2"], "ctrla@cd147d0")
+    for name in ("ctrla.jsonl", "ctrla.settings.json", "ctrla.forced.jsonl"):              # the checkout's first pin
+        dest = w3 / f"results/hotpotqa50-{m}" / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(main / f"results/hotpotqa50-{m}" / name, dest)
+    assert script("copy").returncode == 0
+    assert ids(w2 / f"results/2wikimultihopqa50-{m}/cot.jsonl") == ["q1", "q2", "q3"]
+    hot = w3 / f"results/hotpotqa50-{m}"
+    assert ids(hot / "cot.jsonl") == ["q1", "q2"]
+    assert ids(hot / "ctrla.jsonl") == ["b1", "b2"] and (hot / "ctrla.settings.json").read_text() == "ctrla@cd147d0"
+    assert not (hot / "ctrla.forced.jsonl").exists() and not (hot / "ctrla-never.jsonl").exists()
+
+    put(hot / "ctrla.jsonl", ["b1", "b2", "b3"])                                           # the plans go on
+    put(w2 / f"results/2wikimultihopqa50-{m}/seakr.jsonl", ["s1", "s2"], "seakr@e860858")
+    put(w3 / f"results/2wikimultihopqa50-{m}/ctrla.jsonl", ["c1"], "ctrla@cd147d0")
+    put(w3 / f"results/2wikimultihopqa50-{m}/cot.jsonl", ["q1"], "cot@e860858")            # an older copy
+    put(hot / "seakr-no-sa-retrieval.jsonl", ["x1"], "ablation@062262b")                   # a first-pin copy
+    shutil.copy(hot / "seakr-no-sa-retrieval.settings.json", main / f"results/hotpotqa50-{m}")
+    assert script("collect").returncode == 0
+    assert ids(main / f"results/hotpotqa50-{m}-cd147d0/ctrla.jsonl") == ["b1", "b2", "b3"]
+    assert ids(main / f"results/hotpotqa50-{m}/ctrla.jsonl") == ["a1", "a2", "a3"]          # the first pin's stays
+    assert ids(main / f"results/2wikimultihopqa50-{m}/seakr.jsonl") == ["s1", "s2"]
+    assert ids(main / f"results/2wikimultihopqa50-{m}/ctrla.jsonl") == ["c1"]
+    assert ids(main / f"results/2wikimultihopqa50-{m}/cot.jsonl") == ["q1", "q2", "q3"]
+    assert not (main / f"results/hotpotqa50-{m}-cd147d0/seakr-no-sa-retrieval.jsonl").exists()
+
+    put(hot / "ctrla.jsonl", ["b1", "other", "b3", "b4"])                                  # committed rows rewritten
+    done = script("collect")
+    assert done.returncode == 1 and "does not begin with the 3 rows" in done.stderr
+    assert ids(main / f"results/hotpotqa50-{m}-cd147d0/ctrla.jsonl") == ["b1", "b2", "b3"]

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# The baseline table's background runs, set up and carried on from main's committed run files, on this
+# machine or a new one; then their growing files brought back into main. Run from anywhere:
+#
+#   bash benchmarks/pinned_runs.sh start [DATA_DIR]   # worktrees, question files, run files in; the plans, detached
+#   bash benchmarks/pinned_runs.sh collect            # the worktrees' run files back into main (whole lines only)
+#   bash benchmarks/pinned_runs.sh copy               # only start's copying of main's run files in
+#
+# start: makes the two pinned worktrees beside main if they are missing (../wt-runs2 at e860858,
+# ../wt-runs3 at cd147d0), fetches the question files into each (from DATA_DIR when given, checked by
+# sha256 either way), copies main's run files in where they are longer than the worktree's, and starts
+# second_pin_plan.sh then third_pin_plan.sh in the background (setsid, one model job at a time; log
+# ../logs/pinned-runs.log, its process group in ../logs/pinned-runs.pgid for kill -STOP/-CONT -PGID).
+# A run the third pin makes again grows in main under hotpotqa50-$M-cd147d0/ (and the like), beside the
+# first pin's file the tables still read; start puts that file in the worktree in the first pin's place,
+# so the pinned plan resumes it (and never sees the first pin's forced answers beside it).
+# collect: copies back each run file that grew in a worktree: second-pin files and third-pin runs of
+# their own (2WikiMultihopQA's) to their folder in main, third-pin files that replace a first-pin run to
+# the -cd147d0 folder; never a shorter file over a longer one, and checks that the committed rows are
+# the first rows of the file that replaces them. `make results` and the progress rows follow by hand.
+set -euo pipefail
+MAIN=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+WORK=$(dirname "$MAIN")
+M=qwen2.5-coder-1.5b
+W2=$WORK/wt-runs2 W3=$WORK/wt-runs3
+REDONE=(hotpotqa50-$M:ctrla hotpotqa50-$M:ctrla-never hotpotqa50-$M:ctrla-always
+        hotpotqa50-monitor-$M:ctrla-monitor-only hotpotqa50-$M:seakr-no-sa-retrieval)  # folder:run the third pin makes again
+
+redone() {   # FOLDER RUN: whether the third pin makes this first-pin run again
+    local x
+    for x in "${REDONE[@]}"; do [ "$x" = "$1:$2" ] && return 0; done
+    return 1
+}
+
+worktree() {   # DIR COMMIT DATA_DIR
+    [ -d "$1" ] || git -C "$MAIN" worktree add --detach "$1" "$2"
+    (cd "$1" && "$MAIN/.venv/bin/python" questions.py fetch ${3:+--from "$3"} | tail -1)
+}
+
+rows() { if [ -e "$1" ]; then wc -l < "$1"; else echo 0; fi; }
+
+copy_in() {   # FOLDER WORKTREE: main's runs of FOLDER into the worktree where main's file is longer
+    # (a worktree's checkout holds the run files as committed at its pin, shorter than main's)
+    local folder=$1 wt=$2 f run
+    mkdir -p "$wt/results/$folder"
+    for f in "$MAIN/results/$folder"/*.jsonl; do
+        run=$(basename "$f" .jsonl)
+        [ -e "$MAIN/results/$folder/$run.settings.json" ] || continue      # a side file: with its run
+        [ "$wt" = "$W3" ] && redone "$folder" "$run" && continue           # the third pin's own, below
+        if [ "$(rows "$f")" -gt "$(rows "$wt/results/$folder/$run.jsonl")" ]; then
+            cp "$MAIN/results/$folder/$run".* "$wt/results/$folder/"
+        fi
+    done
+    [ "$wt" = "$W3" ] && [ -d "$MAIN/results/$folder-cd147d0" ] || return 0
+    for f in "$MAIN/results/$folder-cd147d0"/*.jsonl; do
+        run=$(basename "$f" .jsonl)
+        if cmp -s "$wt/results/$folder/$run.settings.json" "$MAIN/results/$folder/$run.settings.json"; then
+            rm -f "$wt/results/$folder/$run".*                   # the first pin's, from the checkout
+        fi
+        if [ "$(rows "$f")" -gt "$(rows "$wt/results/$folder/$run.jsonl")" ]; then
+            cp "$f" "$MAIN/results/$folder-cd147d0/$run.settings.json" "$wt/results/$folder/"
+        fi
+    done
+}
+
+bring_back() {   # FILE DEST_DIR: FILE's whole lines into DEST_DIR, never shorter than what is there
+    local src=$1 dest=$2/$(basename "$1") n old
+    n=$(wc -l < "$src")
+    if [ -e "$dest" ]; then
+        old=$(wc -l < "$dest")
+        [ "$n" -ge "$old" ] || return 0                          # the worktree's older copy
+        if [[ "$dest" == *.jsonl ]] && ! head -n "$old" "$src" | cmp -s - "$dest"; then
+            echo "error: $src does not begin with the $old rows of $dest" >&2; exit 1
+        fi
+    fi
+    mkdir -p "$2"
+    head -n "$n" "$src" > "$dest.tmp" && mv "$dest.tmp" "$dest"
+    echo "$dest: $n rows"
+}
+
+collect() {   # every run file a plan wrote, from each worktree to its place in main
+    local wt folder f run base
+    for wt in "$W2" "$W3"; do
+        [ -d "$wt/results" ] || continue
+        for f in "$wt"/results/*-"$M"/*.jsonl; do
+            [ -e "$f" ] || continue
+            folder=$(basename "$(dirname "$f")"); base=$(basename "$f"); run=${base%.jsonl}; run=${run%.forced}
+            [ -e "$wt/results/$folder/$run.settings.json" ] || continue     # a table's file, or not a run
+            if [ "$wt" = "$W3" ] && redone "$folder" "$run"; then
+                # the first pin's copy (its settings main's own), not yet set aside by the plan: not the pin's
+                cmp -s "$wt/results/$folder/$run.settings.json" "$MAIN/results/$folder/$run.settings.json" && continue
+                bring_back "$f" "$MAIN/results/$folder-cd147d0"
+                cp "$wt/results/$folder/$run.settings.json" "$MAIN/results/$folder-cd147d0/"
+            elif ! cmp -s "$f" "$MAIN/results/$folder/$base"; then
+                bring_back "$f" "$MAIN/results/$folder"
+                cp "$wt/results/$folder/$run.settings.json" "$MAIN/results/$folder/"
+            fi
+        done
+    done
+}
+
+copy() {
+    copy_in "2wikimultihopqa50-$M" "$W2"
+    local folder
+    for folder in hotpotqa50-$M hotpotqa50-monitor-$M 2wikimultihopqa50-$M; do copy_in "$folder" "$W3"; done
+}
+
+case "${1:-}" in
+    start)
+        worktree "$W2" e860858 "${2:-}"
+        worktree "$W3" cd147d0 "${2:-}"
+        copy
+        mkdir -p "$WORK/logs"
+        cd "$WORK"
+        setsid bash -c "source '$MAIN/.venv/bin/activate'
+            cd '$W2' && bash '$MAIN/benchmarks/second_pin_plan.sh' &&
+            cp -n '$W2'/results/2wikimultihopqa50-$M/*.jsonl '$W2'/results/2wikimultihopqa50-$M/*.settings.json \
+                '$W3'/results/2wikimultihopqa50-$M/ &&
+            cd '$W3' && bash '$MAIN/benchmarks/third_pin_plan.sh'" > "$WORK/logs/pinned-runs.log" 2>&1 < /dev/null &
+        echo $! > "$WORK/logs/pinned-runs.pgid"
+        echo "started: log $WORK/logs/pinned-runs.log, process group $(cat "$WORK/logs/pinned-runs.pgid")" ;;
+    collect) collect ;;
+    copy) copy ;;
+    *) echo "usage: bash benchmarks/pinned_runs.sh start [DATA_DIR] | collect | copy" >&2; exit 2 ;;
+esac
