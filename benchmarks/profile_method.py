@@ -113,7 +113,7 @@ def main() -> None:
     dtype = models.resolve_dtype(a.dtype, "cpu")[0]                     # what auto resolves to, recorded
     linear = models.resolve_linear(a.linear, "cpu", dtype)[0]
     prof = Profiled()
-    rows, seconds = bench_limit.run_method(a.method, argv, prof)
+    rows, _ = bench_limit.run_method(a.method, argv, prof)
     ops = sorted(prof.events.items(), key=lambda kv: -kv[1][0])
     groups = defaultdict(float)
     for name, (sec, _) in ops:
