@@ -43,10 +43,13 @@ def threshold_table(rows: list[tuple[float, bool]]) -> dict:
     questions on each side:
     - "gap" (our rule): the delta that separates right from wrong best, max acc(kept) - acc(retrieved);
     - "paper": paper 5.3's condition read as: of the questions kept (U <= delta), fewer than 80% are
-      answered wrong; the largest delta that meets it, i.e. the least retrieval it allows."""
+      answered wrong; the largest delta that meets it, i.e. the least retrieval it allows.
+    A score of +inf (no usable sample) is retrieved at every delta: it counts on the retrieved side, never
+    as a candidate; min, median and max are over the finite scores, "n_unscored" counts the others."""
     rows = sorted(rows)
-    scores = [r[0] for r in rows]
-    candidates = sorted({round(scores[int(len(scores) * f / 20)], 2) for f in range(1, 20)})
+    scores = [r[0] for r in rows if math.isfinite(r[0])]
+    candidates = sorted({round(sc, 2) for f in range(1, 20)
+                         if math.isfinite(sc := rows[int(len(rows) * f / 20)][0])})
     table, gap, paper = [], None, None
     for d in candidates:
         kept = [ok for sc, ok in rows if sc <= d]
@@ -62,22 +65,26 @@ def threshold_table(rows: list[tuple[float, bool]]) -> dict:
         if 1 - acc_k < PAPER_KEPT_WRONG:
             paper = d
     return {"table": table, "gap": gap[0] if gap else None, "gap_points": 100 * gap[1] if gap else None,
-            "paper": paper, "n": len(rows), "n_right": sum(ok for _, ok in rows),
+            "paper": paper, "n": len(rows), "n_right": sum(ok for _, ok in rows), "n_unscored": len(rows) - len(scores),
             "min": scores[0], "median": statistics.median(scores), "max": scores[-1]}
 
 
 def calibration_pairs(rows: list[dict], ids=None) -> list[tuple[float, bool]]:
-    """(eigen score, answered right) of each calibration row with a finite score (of `ids` if given):
-    what threshold_table reads; right = a gold answer contained in the direct answer. Rows written
+    """(eigen score, answered right) of each calibration row (of `ids` if given): what threshold_table
+    reads; right = a gold answer contained in the direct answer. A null score is U = +inf (no usable
+    sample: seakr.eigen_score), kept as math.inf, which retrieves at any delta; a NaN (a file from
+    before eigen_score mapped it to +inf) and a failed row are left out. Rows written
     before the run files held traces ({"id", "score", "answer", "right"}: results/nq200/) are read as
     they recorded them."""
     pairs = []
     for r in rows:
         if (ids is not None and r.get("id") not in ids) or "error" in r:
             continue
-        score = r["trace"].get("score") if isinstance(r.get("trace"), dict) else None
-        if score is not None and math.isfinite(score):
-            pairs.append((r["trace"]["score"], bool(metrics.accuracy(r["prediction"], r["answers"]))))
+        trace = r.get("trace")
+        if isinstance(trace, dict) and "score" in trace:
+            score = math.inf if trace["score"] is None else trace["score"]
+            if not math.isnan(score):
+                pairs.append((score, bool(metrics.accuracy(r["prediction"], r["answers"]))))
         elif "trace" not in r and isinstance(r.get("score"), (int, float)) and isinstance(r.get("right"), bool):
             if math.isfinite(r["score"]):
                 pairs.append((r["score"], r["right"]))
@@ -87,15 +94,16 @@ def calibration_pairs(rows: list[dict], ids=None) -> list[tuple[float, bool]]:
 def print_calibration(output, records: list[dict] | None = None) -> dict:
     """threshold_table over the questions of `records` (all of them without) in a calibration file, printed."""
     rows = calibration_pairs(metrics.read_rows(output), None if records is None else {r["id"] for r in records})
-    if not rows:
+    if not any(math.isfinite(score) for score, _ in rows):
         raise common.InputError("no question gave a finite score; nothing to calibrate")
     t = threshold_table(rows)
     print(f"{'delta':>8} {'retrieve%':>9} {'acc kept':>9} {'acc retr':>9} {'n kept':>7}")
     for r in t["table"]:
         print(f"{r['delta']:8.2f} {100 * r['retrieval_rate']:9.1f} {100 * r['acc_kept']:9.1f} "
               f"{100 * r['acc_retrieved']:9.1f} {r['n_kept']:7d}")
-    print(f"scores: min {t['min']:.3f}, median {t['median']:.3f}, max {t['max']:.3f} over {t['n']} questions, "
-          f"{t['n_right']} answered right without retrieval")
+    print(f"scores: min {t['min']:.3f}, median {t['median']:.3f}, max {t['max']:.3f} over {t['n'] - t['n_unscored']} "
+          f"questions, {t['n_right']} of {t['n']} answered right without retrieval"
+          + (f"; {t['n_unscored']} with no usable sample (U = +inf: retrieved at every delta)" if t["n_unscored"] else ""))
     print("our rule (largest accuracy gap kept - retrieved): "
           + (f"--threshold {t['gap']} ({t['gap_points']:.1f} points)" if t["gap"] is not None else "no candidate"))
     print("paper 5.3 (kept questions under 80% wrong): "

@@ -73,13 +73,38 @@ def test_smollm2_threshold_is_our_rule_on_the_shipped_calibration_file():
 def test_calibration_pairs_reads_both_layouts_and_skips_what_has_no_score():
     rows = [{"id": "a", "prediction": "Paris, France", "answers": ["Paris"], "trace": {"score": 1.5}},
             {"id": "b", "prediction": "Lyon", "answers": ["Paris"], "trace": {"score": 2.5}},
-            {"id": "c", "prediction": "x", "answers": ["x"], "trace": {"score": None}},      # +inf: skipped
+            {"id": "c", "prediction": "x", "answers": ["x"], "trace": {"score": None}},      # U = +inf
             {"id": "c2", "prediction": "x", "answers": ["x"], "trace": {"score": float("nan")}},   # was read
             {"id": "d", "score": 0.5, "answer": "1955", "right": True},                      # older layout
             {"id": "e", "score": float("nan"), "answer": "", "right": False},
             {"id": "f", "error": "boom", "score": 1.0, "right": True}]
-    assert analysis.calibration_pairs(rows) == [(1.5, True), (2.5, False), (0.5, True)]
+    assert analysis.calibration_pairs(rows) == [(1.5, True), (2.5, False), (math.inf, True), (0.5, True)]
     assert analysis.calibration_pairs(rows, ids={"b", "d"}) == [(2.5, False), (0.5, True)]
+
+
+def test_threshold_table_counts_an_unscored_question_as_retrieved_at_every_delta():
+    # scores 1..18 (1, 2, 3 right) and two questions with no usable sample (U = +inf), one of them right
+    t = analysis.threshold_table([(float(i), i <= 3) for i in range(1, 19)] + [(math.inf, True), (math.inf, False)])
+    assert [r["delta"] for r in t["table"]] == list(range(2, 19))   # quantiles of all 20; +inf is no candidate
+    first = t["table"][0]                                            # delta 2: keep 1, 2; retrieve 16 + 2
+    assert first["retrieval_rate"] == 18 / 20 and first["n_kept"] == 2
+    assert first["acc_retrieved"] == pytest.approx(2 / 18)           # question 3 and the right unscored one
+    last = t["table"][-1]                                            # delta 18: only the unscored retrieved
+    assert last["retrieval_rate"] == 2 / 20 and last["acc_retrieved"] == 0.5 and last["n_kept"] == 18
+    assert (t["n"], t["n_right"], t["n_unscored"], t["min"], t["median"], t["max"]) == (20, 4, 2, 1.0, 9.5, 18.0)
+
+
+def test_print_calibration_names_the_unscored_questions_and_refuses_a_file_without_a_score(tmp_path, capsys):
+    path = tmp_path / "cal.jsonl"
+    rows = [{"id": str(i), "prediction": "Paris" if i <= 3 else "Lyon", "answers": ["Paris"], "trace": {"score": float(i)}}
+            for i in range(1, 19)] + [{"id": "x", "prediction": "Lyon", "answers": ["Paris"], "trace": {"score": None}}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    analysis.print_calibration(path)
+    assert ("over 18 questions, 3 of 19 answered right without retrieval; 1 with no usable sample "
+            "(U = +inf: retrieved at every delta)") in capsys.readouterr().out
+    path.write_text(json.dumps(rows[-1]) + "\n")
+    with pytest.raises(common.InputError, match="no question gave a finite score"):
+        analysis.print_calibration(path)
 
 
 def test_qwen_coder_threshold_is_the_papers_condition_on_the_shipped_calibration_file():
@@ -985,7 +1010,7 @@ def test_calibration_writes_a_resumable_run_file(tiny, monkeypatch, tmp_path, ca
     printed = capsys.readouterr().out
     n = sum(r["trace"]["score"] is not None for r in rows)
     right = sum(bool(metrics.accuracy(r["prediction"], r["answers"])) for r in rows)
-    assert n == 2 and f"over 2 questions, {right} answered right without retrieval" in printed
+    assert n == 2 and f"over 2 questions, {right} of 2 answered right without retrieval\n" in printed
     # a rerun resumes: nothing is answered again, and the pointer is printed again
     monkeypatch.setattr(seakr, "answer_once", lambda *a, **k: pytest.fail("answered again"))
     seakr.main(argv)
