@@ -100,8 +100,7 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "au
     float32, bfloat16, float16, or int8 (CPU only: float32 loaded, then models.quantize_int8).
     device: auto (cuda if available), cpu, cuda; on a GPU the weights are spread with device_map="auto".
     linear: the kernel of the linear layers (models.resolve_linear): auto (models.choose_linear), plain
-    (torch's nn.Linear), onednn (models.use_onednn_linear); None: this run's --linear (LINEAR; --plain: plain).
-    """
+    (torch's nn.Linear), onednn (models.use_onednn_linear); None: this run's --linear (LINEAR; --plain: plain)."""
     device = resolve_device(device)
     check_model_name(name)
     if dtype not in DTYPES:
@@ -125,10 +124,8 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "au
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tok = AutoTokenizer.from_pretrained(path)
     kwargs = {"dtype": torch.float32 if dtype == "int8" else getattr(torch, dtype)}
-    if device == "cuda":      # one process, every GPU it sees (a shard under torchrun: cuda:N, its own)
-        kwargs["device_map"] = "auto"
-    elif device.startswith("cuda:"):
-        kwargs["device_map"] = device
+    if device.startswith("cuda"):   # "cuda": one process, every GPU it sees; a shard under torchrun: cuda:N, its own
+        kwargs["device_map"] = "auto" if device == "cuda" else device
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     if device == "cpu":
         model.to("cpu")
@@ -650,11 +647,14 @@ def check_skip(args, records: list[dict]) -> None:
 
 
 def _check_writable(out: Path) -> None:
-    """InputError unless `out` can be created or appended to (nothing is created here)."""
+    """InputError unless `out` is a .jsonl path (x.json and x would share x.jsonl's settings file, x.settings.json)
+    that can be created or appended to (nothing is created here)."""
     where = out if out.exists() else next(p for p in out.parents if p.exists())
     if out.is_dir() or not (out.exists() or where.is_dir()) or not os.access(where, os.W_OK):
         raise InputError(f"cannot write {out} ({'a directory' if out.is_dir() else 'not writable'}); "
                          "pass --output with a writable path")
+    if out.suffix != ".jsonl":
+        raise InputError(f"--output {out}: a run file's name ends in .jsonl; pass --output {out.with_suffix('.jsonl')}")
 
 
 def load_retriever(args, records: list[dict], preset: str = "seakr"):
