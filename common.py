@@ -611,7 +611,7 @@ def check_inputs(args, method: str | None = None, code_file: str | None = None) 
     """Check every input a run names before a model loads (a model takes seconds to minutes): the
     question file (each record read, see load_dataset), --limit, --linear on this device and
     precision, a --corpus file and the --output path; with the run's `method` name and code file, also
-    whether its output file already holds every question (NothingToDo) or was made with other
+    that --output is a .jsonl, whether it already holds every question (NothingToDo) or was made with other
     settings (InputError). Returns the questions. InputError with a one-line message otherwise. Also
     sets the kernel the run's load_model calls use (LINEAR: --linear, or plain with --plain), the one
     run_settings records."""
@@ -631,7 +631,7 @@ def check_inputs(args, method: str | None = None, code_file: str | None = None) 
             and not Path(corpus).exists():
         raise InputError(f"--corpus {corpus}: no such file or index directory; pass demo, contexts, a corpus "
                          "file, an index directory (python retrieval.py build CORPUS DIR) or es://HOST:PORT/INDEX")
-    _check_writable(Path(args.output) if args.output else Path("outputs") / "x.jsonl")
+    _check_writable(Path(args.output) if args.output else Path("outputs") / "x.jsonl", run=method is not None)
     if getattr(args, "cache", None):
         check_cache_dir(args.cache)
     if method is not None:
@@ -646,14 +646,14 @@ def check_skip(args, records: list[dict]) -> None:
         raise InputError(f"--skip {skip}: {len(records)} questions are loaded; skip 0 to {len(records) - 1} of them")
 
 
-def _check_writable(out: Path) -> None:
-    """InputError unless `out` is a .jsonl path (x.json and x would share x.jsonl's settings file, x.settings.json)
-    that can be created or appended to (nothing is created here)."""
+def _check_writable(out: Path, run: bool = True) -> None:
+    """InputError unless `out` can be created or appended to (nothing is created here), and, a `run` file, ends
+    in .jsonl (x.json and x would share x.jsonl's settings file, x.settings.json)."""
     where = out if out.exists() else next(p for p in out.parents if p.exists())
     if out.is_dir() or not (out.exists() or where.is_dir()) or not os.access(where, os.W_OK):
         raise InputError(f"cannot write {out} ({'a directory' if out.is_dir() else 'not writable'}); "
                          "pass --output with a writable path")
-    if out.suffix != ".jsonl":
+    if run and out.suffix != ".jsonl":
         raise InputError(f"--output {out}: a run file's name ends in .jsonl; pass --output {out.with_suffix('.jsonl')}")
 
 

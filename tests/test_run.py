@@ -289,7 +289,8 @@ def test_check_inputs_before_the_model(tmp_path):
     for name in ("run.json", "run"):     # x.json and x would share x.jsonl's settings file, x.settings.json
         with pytest.raises(common.InputError, match=f"--output .*{name}: a run file's name ends in .jsonl; "
                                                     f"pass --output .*run.jsonl$"):
-            common.check_inputs(make_args(tmp_path, output=str(tmp_path / name)))
+            common.check_inputs(make_args(tmp_path, output=str(tmp_path / name)), "fake")
+    assert len(common.check_inputs(make_args(tmp_path, output=str(tmp_path / "check.json")))) == 3   # no run file
     with pytest.raises(common.InputError, match="no such dataset or file"):
         common.check_inputs(make_args(tmp_path, data=None, dataset="nosuch"))
     empty = tmp_path / "empty_question.jsonl"
