@@ -37,9 +37,10 @@ test: setup browser
 data: $(VENV)/.installed
 	$(PY) questions.py fetch $(if $(DATA_FROM),--from "$(DATA_FROM)")
 
-# The baseline table's tables, signals and plots rebuilt from the run files in results/, no model loaded
+# The baseline table's tables, signals and plots rebuilt from the run files in results/ (-062262b: the first
+# pin's runs that the third pin made again, as history; pinned_runs.sh promote), no model loaded
 # (matplotlib, for the plots only, is installed here and nowhere else).
-BASELINE_DIRS := $(wildcard results/*-qwen2.5-coder-1.5b)
+BASELINE_DIRS := $(wildcard results/*-qwen2.5-coder-1.5b results/*-qwen2.5-coder-1.5b-062262b)
 results: $(VENV)/.installed
 	$(PY) -m pip install -q --disable-pip-version-check matplotlib
 	@for d in $(BASELINE_DIRS); do echo "== $$d"; $(PY) benchmarks/run_all.py --out $$d --table-only || exit 1; done

@@ -5,6 +5,7 @@
 #   bash benchmarks/pinned_runs.sh start [DATA_DIR]   # worktrees, question files, run files in; the plans, detached
 #   bash benchmarks/pinned_runs.sh collect            # the worktrees' run files back into main (whole lines only)
 #   bash benchmarks/pinned_runs.sh copy               # only start's copying of main's run files in
+#   bash benchmarks/pinned_runs.sh promote FOLDER RUN...   # finished third-pin runs into the first pin's place
 #
 # start: makes the two pinned worktrees beside main if they are missing (../wt-runs2 at e860858,
 # ../wt-runs3 at cd147d0), fetches the question files into each (from DATA_DIR when given, checked by
@@ -18,6 +19,11 @@
 # their own (2WikiMultihopQA's) to their folder in main, third-pin files that replace a first-pin run to
 # the -cd147d0 folder; never a shorter file over a longer one, and checks that the committed rows are
 # the first rows of the file that replaces them. `make results` and the progress rows follow by hand.
+# promote: once the third pin's RUNs of FOLDER (all of them, so a table never mixes the pins within a
+# method) hold the same questions as the first pin's files, in the same order, the first pin's (with their
+# forced answers and provenance notes) move to FOLDER-062262b/, the history `make results` rebuilds, and
+# the third pin's from FOLDER-cd147d0/ into FOLDER/; nothing moves unless every RUN is ready. start and
+# collect know a run made at the third pin by its settings (the pinned method file's sha256), wherever it is.
 set -euo pipefail
 MAIN=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WORK=$(dirname "$MAIN")
@@ -39,6 +45,12 @@ worktree() {   # DIR COMMIT DATA_DIR
 
 rows() { if [ -e "$1" ]; then wc -l < "$1"; else echo 0; fi; }
 
+third_pin() {   # SETTINGS RUN: whether the run's settings file names the third pin's method file (its sha256)
+    local method=seakr.py
+    [[ "$2" == ctrla* ]] && method=ctrla.py
+    [ -e "$1" ] && [ -e "$W3/$method" ] && grep -q "sha256 $(sha256sum "$W3/$method" | cut -c1-16)" "$1"
+}
+
 copy_in() {   # FOLDER WORKTREE: main's runs of FOLDER into the worktree where main's file is longer
     # (a worktree's checkout holds the run files as committed at its pin, shorter than main's)
     local folder=$1 wt=$2 f run
@@ -46,7 +58,10 @@ copy_in() {   # FOLDER WORKTREE: main's runs of FOLDER into the worktree where m
     for f in "$MAIN/results/$folder"/*.jsonl; do
         run=$(basename "$f" .jsonl)
         [ -e "$MAIN/results/$folder/$run.settings.json" ] || continue      # a side file: with its run
-        [ "$wt" = "$W3" ] && redone "$folder" "$run" && continue           # the third pin's own, below
+        if [ "$wt" = "$W3" ] && redone "$folder" "$run"; then              # the third pin's own, below,
+            third_pin "$MAIN/results/$folder/$run.settings.json" "$run" || continue   # unless promoted
+            third_pin "$wt/results/$folder/$run.settings.json" "$run" || rm -f "$wt/results/$folder/$run".*
+        fi
         if [ "$(rows "$f")" -gt "$(rows "$wt/results/$folder/$run.jsonl")" ]; then
             cp "$MAIN/results/$folder/$run".* "$wt/results/$folder/"
         fi
@@ -54,7 +69,7 @@ copy_in() {   # FOLDER WORKTREE: main's runs of FOLDER into the worktree where m
     [ "$wt" = "$W3" ] && [ -d "$MAIN/results/$folder-cd147d0" ] || return 0
     for f in "$MAIN/results/$folder-cd147d0"/*.jsonl; do
         run=$(basename "$f" .jsonl)
-        if cmp -s "$wt/results/$folder/$run.settings.json" "$MAIN/results/$folder/$run.settings.json"; then
+        if [ -e "$wt/results/$folder/$run.settings.json" ] && ! third_pin "$wt/results/$folder/$run.settings.json" "$run"; then
             rm -f "$wt/results/$folder/$run".*                   # the first pin's, from the checkout
         fi
         if [ "$(rows "$f")" -gt "$(rows "$wt/results/$folder/$run.jsonl")" ]; then
@@ -87,16 +102,53 @@ collect() {   # every run file a plan wrote, from each worktree to its place in 
             folder=$(basename "$(dirname "$f")"); base=$(basename "$f"); run=${base%.jsonl}; run=${run%.forced}
             [ -e "$wt/results/$folder/$run.settings.json" ] || continue     # a table's file, or not a run
             if [ "$wt" = "$W3" ] && redone "$folder" "$run"; then
-                # the first pin's copy (its settings main's own), not yet set aside by the plan: not the pin's
-                cmp -s "$wt/results/$folder/$run.settings.json" "$MAIN/results/$folder/$run.settings.json" && continue
-                bring_back "$f" "$MAIN/results/$folder-cd147d0"
-                cp "$wt/results/$folder/$run.settings.json" "$MAIN/results/$folder-cd147d0/"
+                # the first pin's copy from the checkout, not yet set aside by the plan: not the pin's
+                third_pin "$wt/results/$folder/$run.settings.json" "$run" || continue
+                local dest=$MAIN/results/$folder-cd147d0                         # growing beside the first pin's,
+                third_pin "$MAIN/results/$folder/$run.settings.json" "$run" && dest=$MAIN/results/$folder   # or promoted
+                bring_back "$f" "$dest"
+                cp "$wt/results/$folder/$run.settings.json" "$dest/"
             elif ! cmp -s "$f" "$MAIN/results/$folder/$base"; then
                 bring_back "$f" "$MAIN/results/$folder"
                 cp "$wt/results/$folder/$run.settings.json" "$MAIN/results/$folder/"
             fi
         done
     done
+}
+
+promote() {   # FOLDER RUN...: the third pin's finished RUNs of FOLDER in the first pin's place (see the top)
+    local folder=$1 run f; shift
+    local old=$MAIN/results/$folder new=$MAIN/results/$folder-cd147d0 hist=$MAIN/results/$folder-062262b
+    for run in "$@"; do
+        redone "$folder" "$run" || { echo "error: $folder:$run is no run the third pin makes again" >&2; exit 1; }
+        [ -e "$old/$run.jsonl" ] && [ -e "$new/$run.jsonl" ] \
+            || { echo "error: $folder:$run needs both $old/$run.jsonl and $new/$run.jsonl" >&2; exit 1; }
+        "$MAIN/.venv/bin/python" - "$old/$run.jsonl" "$new/$run.jsonl" <<'PY' || exit 1
+import json, sys
+first, third = ([json.loads(line)["id"] for line in open(p, encoding="utf-8")] for p in sys.argv[1:])
+if first != third:
+    sys.exit(f"error: {sys.argv[2]} holds {len(third)} questions, {sys.argv[1]} {len(first)} (or another order): "
+             "not finished; nothing moved")
+PY
+    done
+    mkdir -p "$hist"
+    for run in "$@"; do
+        for f in "$old/$run".*; do mv "$f" "$hist/"; done
+        for f in "$new/$run".*; do mv "$f" "$old/"; done
+        echo "$folder:$run: the first pin's files in $hist, the third pin's in $old"
+    done
+    rmdir "$new" 2>/dev/null || true
+    "$MAIN/.venv/bin/python" - "$MAIN/results/provenance.json" "$folder" "$@" <<'PY'
+import json, sys
+path, folder, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
+pins = json.load(open(path, encoding="utf-8"))
+for run in runs:      # a moved side file's note moves with it
+    for name in (f"{run}.jsonl", f"{run}.forced.jsonl"):
+        if f"{folder}/{name}" in pins["notes"]:
+            pins["notes"][f"{folder}-062262b/{name}"] = pins["notes"].pop(f"{folder}/{name}")
+open(path, "w", encoding="utf-8").write(json.dumps(pins, indent=1, ensure_ascii=False) + "\n")
+PY
+    echo "next: make results (both folders' tables), then the README's and results/README.md's figures"
 }
 
 copy() {
@@ -121,5 +173,7 @@ case "${1:-}" in
         echo "started: log $WORK/logs/pinned-runs.log, process group $(cat "$WORK/logs/pinned-runs.pgid")" ;;
     collect) collect ;;
     copy) copy ;;
-    *) echo "usage: bash benchmarks/pinned_runs.sh start [DATA_DIR] | collect | copy" >&2; exit 2 ;;
+    promote) [ $# -ge 3 ] || { echo "usage: bash benchmarks/pinned_runs.sh promote FOLDER RUN..." >&2; exit 2; }
+        shift; promote "$@" ;;
+    *) echo "usage: bash benchmarks/pinned_runs.sh start [DATA_DIR] | collect | copy | promote FOLDER RUN..." >&2; exit 2 ;;
 esac
