@@ -299,120 +299,113 @@ def test_profile_method_groups_operators_and_adds_up_each_question():
 
 # ---------------------------------------------------------------- pinned_runs.sh: run files between main and the worktrees
 
-def test_pinned_runs_copies_in_and_collects_back_without_losing_rows(tmp_path):
-    """copy: main's longer run files into the worktrees, a run the third pin makes again from its growing copy
-    in main (the first pin's file and forced answers taken out of the checkout); collect: what grew back to
-    its place, never a shorter file, a first-pin copy left alone, and a file that rewrote committed rows refused."""
-    import shutil
-    import subprocess
-    m = "qwen2.5-coder-1.5b"
-    main, w2, w3 = tmp_path / "main", tmp_path / "wt-runs2", tmp_path / "wt-runs3"
-    (main / "benchmarks").mkdir(parents=True)
-    shutil.copy(ROOT / "benchmarks" / "pinned_runs.sh", main / "benchmarks")
-
-    def put(path, rows, settings=None):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(f'{{"id": "{r}"}}\n' for r in rows))
-        if settings is not None:
-            (path.parent / (path.name[:-len(".jsonl")] + ".settings.json")).write_text(settings)
-
-    def ids(path):
-        return [json.loads(line)["id"] for line in path.read_text().splitlines()]
-
-    def script(*args):
-        return subprocess.run(["bash", str(main / "benchmarks" / "pinned_runs.sh"), *args], capture_output=True,
-                              text=True)
-
-    import hashlib
-    w3.mkdir()
-    (w3 / "ctrla.py").write_text("# the third pin's CtrlA\n")        # a run made there names its sha256
-    third = "ctrla.py, sha256 " + hashlib.sha256(b"# the third pin's CtrlA\n").hexdigest()[:16]
-    put(main / f"results/2wikimultihopqa50-{m}/cot.jsonl", ["q1", "q2", "q3"], "cot@e860858")
-    put(w2 / f"results/2wikimultihopqa50-{m}/cot.jsonl", ["q1"], "cot@e860858")       # the checkout's, older
-    put(main / f"results/hotpotqa50-{m}/cot.jsonl", ["q1", "q2"], "cot@062262b")
-    put(main / f"results/hotpotqa50-{m}/ctrla.jsonl", ["a1", "a2", "a3"], "ctrla@062262b")
-    put(main / f"results/hotpotqa50-{m}/ctrla.forced.jsonl", ["a1"])
-    put(main / f"results/hotpotqa50-{m}/ctrla-never.jsonl", ["n1"], "never@062262b")
-    put(main / f"results/hotpotqa50-{m}-cd147d0/ctrla.jsonl", ["b1", "b2"], third)
-    for name in ("ctrla.jsonl", "ctrla.settings.json", "ctrla.forced.jsonl"):              # the checkout's first pin
-        dest = w3 / f"results/hotpotqa50-{m}" / name
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(main / f"results/hotpotqa50-{m}" / name, dest)
-    assert script("copy").returncode == 0
-    assert ids(w2 / f"results/2wikimultihopqa50-{m}/cot.jsonl") == ["q1", "q2", "q3"]
-    hot = w3 / f"results/hotpotqa50-{m}"
-    assert ids(hot / "cot.jsonl") == ["q1", "q2"]
-    assert ids(hot / "ctrla.jsonl") == ["b1", "b2"] and (hot / "ctrla.settings.json").read_text() == third
-    assert not (hot / "ctrla.forced.jsonl").exists() and not (hot / "ctrla-never.jsonl").exists()
-
-    put(hot / "ctrla.jsonl", ["b1", "b2", "b3"])                                           # the plans go on
-    put(w2 / f"results/2wikimultihopqa50-{m}/seakr.jsonl", ["s1", "s2"], "seakr@e860858")
-    put(w3 / f"results/2wikimultihopqa50-{m}/ctrla.jsonl", ["c1"], third)
-    put(w3 / f"results/2wikimultihopqa50-{m}/cot.jsonl", ["q1"], "cot@e860858")            # an older copy
-    put(hot / "seakr-no-sa-retrieval.jsonl", ["x1"], "ablation@062262b")                   # a first-pin copy
-    shutil.copy(hot / "seakr-no-sa-retrieval.settings.json", main / f"results/hotpotqa50-{m}")
-    assert script("collect").returncode == 0
-    assert ids(main / f"results/hotpotqa50-{m}-cd147d0/ctrla.jsonl") == ["b1", "b2", "b3"]
-    assert ids(main / f"results/hotpotqa50-{m}/ctrla.jsonl") == ["a1", "a2", "a3"]          # the first pin's stays
-    assert ids(main / f"results/2wikimultihopqa50-{m}/seakr.jsonl") == ["s1", "s2"]
-    assert ids(main / f"results/2wikimultihopqa50-{m}/ctrla.jsonl") == ["c1"]
-    assert ids(main / f"results/2wikimultihopqa50-{m}/cot.jsonl") == ["q1", "q2", "q3"]
-    assert not (main / f"results/hotpotqa50-{m}-cd147d0/seakr-no-sa-retrieval.jsonl").exists()
-
-    put(hot / "ctrla.jsonl", ["b1", "other", "b3", "b4"])                                  # committed rows rewritten
-    done = script("collect")
-    assert done.returncode == 1 and "does not begin with the 3 rows" in done.stderr
-    assert ids(main / f"results/hotpotqa50-{m}-cd147d0/ctrla.jsonl") == ["b1", "b2", "b3"]
+PINNED_M = "qwen2.5-coder-1.5b"
 
 
-def test_pinned_runs_promotes_only_finished_third_pin_runs_and_start_resumes_after_it(tmp_path):
-    """promote: nothing moves while a named run holds other questions than the first pin's; then the first pin's
-    files (forced answers and their provenance note too) go to FOLDER-062262b, the third pin's into FOLDER; copy
-    and collect afterwards take a promoted file for the third pin's, so a new machine's plan does not redo it."""
+def pinned_layout(tmp_path):
+    """A main checkout holding pinned_runs.sh and a .venv whose python is this one, beside a third-pin worktree
+    whose ctrla.py is one line: (main, the worktree, the settings line of a run made there: its sha256)."""
     import hashlib
     import shutil
-    import subprocess
     import sys
-    m = "qwen2.5-coder-1.5b"
     main, w3 = tmp_path / "main", tmp_path / "wt-runs3"
     (main / "benchmarks").mkdir(parents=True)
     shutil.copy(ROOT / "benchmarks" / "pinned_runs.sh", main / "benchmarks")
     (main / ".venv" / "bin").mkdir(parents=True)
     (main / ".venv" / "bin" / "python").symlink_to(sys.executable)
     w3.mkdir()
-    (w3 / "ctrla.py").write_text("pinned\n")
-    third = "ctrla.py, sha256 " + hashlib.sha256(b"pinned\n").hexdigest()[:16]
+    (w3 / "ctrla.py").write_text("# the third pin's CtrlA\n")
+    return main, w3, "ctrla.py, sha256 " + hashlib.sha256(b"# the third pin's CtrlA\n").hexdigest()[:16]
+
+
+def put_run(path, rows, settings=None):
+    """A run file of rows {"id": ROW}, with its settings file holding `settings` when given."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f'{{"id": "{r}"}}\n' for r in rows))
+    if settings is not None:
+        (path.parent / (path.name[:-len(".jsonl")] + ".settings.json")).write_text(settings)
+
+
+def run_ids(path):
+    return [json.loads(line)["id"] for line in path.read_text().splitlines()]
+
+
+def pinned_runs(main, *args):
+    import subprocess
+    return subprocess.run(["bash", str(main / "benchmarks" / "pinned_runs.sh"), *args], capture_output=True, text=True)
+
+
+def test_pinned_runs_copies_in_and_collects_back_without_losing_rows(tmp_path):
+    """copy: main's longer run files into the worktrees, a run the third pin makes again from its growing copy
+    in main (the first pin's file and forced answers taken out of the checkout); collect: what grew back to
+    its place, never a shorter file, a first-pin copy left alone, and a file that rewrote committed rows refused."""
+    import shutil
+    m = PINNED_M
+    main, w3, third = pinned_layout(tmp_path)
+    w2 = tmp_path / "wt-runs2"
+    put_run(main / f"results/2wikimultihopqa50-{m}/cot.jsonl", ["q1", "q2", "q3"], "cot@e860858")
+    put_run(w2 / f"results/2wikimultihopqa50-{m}/cot.jsonl", ["q1"], "cot@e860858")       # the checkout's, older
+    put_run(main / f"results/hotpotqa50-{m}/cot.jsonl", ["q1", "q2"], "cot@062262b")
+    put_run(main / f"results/hotpotqa50-{m}/ctrla.jsonl", ["a1", "a2", "a3"], "ctrla@062262b")
+    put_run(main / f"results/hotpotqa50-{m}/ctrla.forced.jsonl", ["a1"])
+    put_run(main / f"results/hotpotqa50-{m}/ctrla-never.jsonl", ["n1"], "never@062262b")
+    put_run(main / f"results/hotpotqa50-{m}-cd147d0/ctrla.jsonl", ["b1", "b2"], third)
+    for name in ("ctrla.jsonl", "ctrla.settings.json", "ctrla.forced.jsonl"):              # the checkout's first pin
+        dest = w3 / f"results/hotpotqa50-{m}" / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(main / f"results/hotpotqa50-{m}" / name, dest)
+    assert pinned_runs(main, "copy").returncode == 0
+    assert run_ids(w2 / f"results/2wikimultihopqa50-{m}/cot.jsonl") == ["q1", "q2", "q3"]
+    hot = w3 / f"results/hotpotqa50-{m}"
+    assert run_ids(hot / "cot.jsonl") == ["q1", "q2"]
+    assert run_ids(hot / "ctrla.jsonl") == ["b1", "b2"] and (hot / "ctrla.settings.json").read_text() == third
+    assert not (hot / "ctrla.forced.jsonl").exists() and not (hot / "ctrla-never.jsonl").exists()
+
+    put_run(hot / "ctrla.jsonl", ["b1", "b2", "b3"])                                           # the plans go on
+    put_run(w2 / f"results/2wikimultihopqa50-{m}/seakr.jsonl", ["s1", "s2"], "seakr@e860858")
+    put_run(w3 / f"results/2wikimultihopqa50-{m}/ctrla.jsonl", ["c1"], third)
+    put_run(w3 / f"results/2wikimultihopqa50-{m}/cot.jsonl", ["q1"], "cot@e860858")            # an older copy
+    put_run(hot / "seakr-no-sa-retrieval.jsonl", ["x1"], "ablation@062262b")                   # a first-pin copy
+    shutil.copy(hot / "seakr-no-sa-retrieval.settings.json", main / f"results/hotpotqa50-{m}")
+    assert pinned_runs(main, "collect").returncode == 0
+    assert run_ids(main / f"results/hotpotqa50-{m}-cd147d0/ctrla.jsonl") == ["b1", "b2", "b3"]
+    assert run_ids(main / f"results/hotpotqa50-{m}/ctrla.jsonl") == ["a1", "a2", "a3"]          # the first pin's stays
+    assert run_ids(main / f"results/2wikimultihopqa50-{m}/seakr.jsonl") == ["s1", "s2"]
+    assert run_ids(main / f"results/2wikimultihopqa50-{m}/ctrla.jsonl") == ["c1"]
+    assert run_ids(main / f"results/2wikimultihopqa50-{m}/cot.jsonl") == ["q1", "q2", "q3"]
+    assert not (main / f"results/hotpotqa50-{m}-cd147d0/seakr-no-sa-retrieval.jsonl").exists()
+
+    put_run(hot / "ctrla.jsonl", ["b1", "other", "b3", "b4"])                        # committed rows rewritten
+    done = pinned_runs(main, "collect")
+    assert done.returncode == 1 and "does not begin with the 3 rows" in done.stderr
+    assert run_ids(main / f"results/hotpotqa50-{m}-cd147d0/ctrla.jsonl") == ["b1", "b2", "b3"]
+
+
+def test_pinned_runs_promotes_only_finished_third_pin_runs_and_start_resumes_after_it(tmp_path):
+    """promote: nothing moves while a named run holds other questions than the first pin's; then the first pin's
+    files (forced answers and their provenance note too) go to FOLDER-062262b, the third pin's into FOLDER; copy
+    and collect afterwards take a promoted file for the third pin's, so a new machine's plan does not redo it."""
+    m = PINNED_M
+    main, w3, third = pinned_layout(tmp_path)
     res = main / "results"
     hot, new, hist = res / f"hotpotqa50-{m}", res / f"hotpotqa50-{m}-cd147d0", res / f"hotpotqa50-{m}-062262b"
 
-    def put(path, rows, settings=None):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(f'{{"id": "{r}"}}\n' for r in rows))
-        if settings is not None:
-            (path.parent / (path.name[:-len(".jsonl")] + ".settings.json")).write_text(settings)
-
-    def ids(path):
-        return [json.loads(line)["id"] for line in path.read_text().splitlines()]
-
-    def script(*args):
-        return subprocess.run(["bash", str(main / "benchmarks" / "pinned_runs.sh"), *args], capture_output=True,
-                              text=True)
-
     for run in ("ctrla", "ctrla-never"):
-        put(hot / f"{run}.jsonl", ["q1", "q2", "q3"], f"{run}@062262b")
-        put(hot / f"{run}.forced.jsonl", ["q1"])
-    put(new / "ctrla.jsonl", ["q1", "q2", "q3"], third)
-    put(new / "ctrla-never.jsonl", ["q1", "q2"], third)                                    # still growing
+        put_run(hot / f"{run}.jsonl", ["q1", "q2", "q3"], f"{run}@062262b")
+        put_run(hot / f"{run}.forced.jsonl", ["q1"])
+    put_run(new / "ctrla.jsonl", ["q1", "q2", "q3"], third)
+    put_run(new / "ctrla-never.jsonl", ["q1", "q2"], third)                                    # still growing
     notes = {"pinned": {}, "notes": {f"hotpotqa50-{m}/ctrla.forced.jsonl": "made at main", "other": "kept"}}
     (res / "provenance.json").write_text(json.dumps(notes, indent=1) + "\n")
-    done = script("promote", f"hotpotqa50-{m}", "ctrla", "ctrla-never")
-    assert done.returncode == 1 and "ctrla-never.jsonl holds 2 questions" in done.stderr and "nothing moved" in done.stderr
-    assert ids(hot / "ctrla.jsonl") == ["q1", "q2", "q3"] and not hist.exists()
+    done = pinned_runs(main, "promote", f"hotpotqa50-{m}", "ctrla", "ctrla-never")
+    assert done.returncode == 1 and "ctrla-never.jsonl holds 2 questions" in done.stderr
+    assert "nothing moved" in done.stderr
+    assert run_ids(hot / "ctrla.jsonl") == ["q1", "q2", "q3"] and not hist.exists()
     assert (hot / "ctrla.settings.json").read_text() == "ctrla@062262b"
-    assert script("promote", f"hotpotqa50-{m}", "cot").returncode == 1                   # not a run made again
+    assert pinned_runs(main, "promote", f"hotpotqa50-{m}", "cot").returncode == 1     # not a run made again
 
-    put(new / "ctrla-never.jsonl", ["q1", "q2", "q3"], third)
-    done = script("promote", f"hotpotqa50-{m}", "ctrla", "ctrla-never")
+    put_run(new / "ctrla-never.jsonl", ["q1", "q2", "q3"], third)
+    done = pinned_runs(main, "promote", f"hotpotqa50-{m}", "ctrla", "ctrla-never")
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in hist.iterdir()) == sorted(f"{r}{x}" for r in ("ctrla", "ctrla-never")
                                                            for x in (".jsonl", ".settings.json", ".forced.jsonl"))
@@ -424,11 +417,11 @@ def test_pinned_runs_promotes_only_finished_third_pin_runs_and_start_resumes_aft
         f"hotpotqa50-{m}-062262b/ctrla.forced.jsonl": "made at main", "other": "kept"}
 
     wt = w3 / "results" / f"hotpotqa50-{m}"                     # a new machine: the checkout holds the first pin's
-    put(wt / "ctrla.jsonl", ["q1", "q2", "q3"], "ctrla@062262b")
-    put(wt / "ctrla.forced.jsonl", ["q1"])
-    assert script("copy").returncode == 0
+    put_run(wt / "ctrla.jsonl", ["q1", "q2", "q3"], "ctrla@062262b")
+    put_run(wt / "ctrla.forced.jsonl", ["q1"])
+    assert pinned_runs(main, "copy").returncode == 0
     assert (wt / "ctrla.settings.json").read_text() == third and not (wt / "ctrla.forced.jsonl").exists()
-    assert ids(wt / "ctrla-never.jsonl") == ["q1", "q2", "q3"]
-    put(wt / "ctrla.jsonl", ["q1", "q2", "q3", "q4"], third)                               # grown after promotion
-    assert script("collect").returncode == 0
-    assert ids(hot / "ctrla.jsonl") == ["q1", "q2", "q3", "q4"] and not new.exists()
+    assert run_ids(wt / "ctrla-never.jsonl") == ["q1", "q2", "q3"]
+    put_run(wt / "ctrla.jsonl", ["q1", "q2", "q3", "q4"], third)                               # grown after promotion
+    assert pinned_runs(main, "collect").returncode == 0
+    assert run_ids(hot / "ctrla.jsonl") == ["q1", "q2", "q3", "q4"] and not new.exists()
