@@ -37,7 +37,8 @@ that one rule, CtrlA's too (one_rule), and the reading across methods comes from
 run's multi-hop chains that name no answer take the forced answers of its side file, NAME.forced.jsonl
 (`benchmarks/force_answers.py`, for runs made before ctrla.py forced them itself; eval.with_forced): the
 table says how many, figures.json holds the counts ("forced") and the changed answers
-("forced_answers"), which view.py shows. A run file with fewer questions than the directory's longest (a
+("forced_answers"), which view.py shows; a run whose ctrla.py forced them in its loop is counted too
+("forced_in_run"). A run file with fewer questions than the directory's longest (a
 run still going) is left out of all of it and named under the table (figures.json: "in_progress").
 
 The default sweeps suit SmolLM2-135M: SeaKR delta 2.5 and 0.8 are about the median and the 25th
@@ -376,6 +377,9 @@ def provenance(out: Path) -> tuple[dict, list[str]]:
     return found, bad
 
 
+# how a CtrlA chain that names no answer gets one, as the table says
+FORCE_HOW = "ctrla.force_answer: the chain, \" So the answer is\" and 20 greedy tokens, as the evaluation the paper follows does"
+
 # Each method's first-step signal (eval.step_signals): (its run without retrieval, its run that retrieves
 # at every step, the first's name in the targets, the score's name, the step's name, what is read)
 STEP_RUNS = {"SeaKR": ("cot", "seakr-no-sa-retrieval", "CoT", "U", "step",
@@ -654,15 +658,21 @@ def main(argv=None):
                         "a chain or reasoning text names its answer with none after it, where today's code forces "
                         "one: course_changes), so the answer read again is not what today's code would give: "
                         + "; ".join(f"{name}: {', '.join(ids)}" for name, ids in course.items()) + "."))
+    n = {name: s["n"] for name, _, _, s, _ in rows}
     if forced:
-        n = {name: s["n"] for name, _, _, s, _ in rows}
         parts.append("CtrlA's multi-hop chains that name no answer (\"the answer is\") take DRAGIN's forced answer "
-                     "(ctrla.force_answer: the chain, \" So the answer is\" and 20 greedy tokens, as the evaluation "
-                     "the paper follows does), computed after the run into a side file beside it (`python "
+                     f"({FORCE_HOW}), computed after the run into a side file beside it (`python "
                      "benchmarks/force_answers.py RUN.jsonl`, same model and precision; its call and seconds are added to the row): "
                      + ", ".join(f"{name} {k} of {n[name]}" + (f" ({left} still without one)" if left else "")
                                  for name, (k, left, _) in forced.items())
                      + "; the run files keep their answers as run.")
+    # the runs whose ctrla.py forced the answer itself, in its loop (trace "forced": the same call, since cd147d0)
+    in_run = {name: k for name, _, _, _, run_rows in rows if name not in forced
+              and (k := sum(isinstance((r.get("trace") or {}).get("forced"), str) for r in run_rows))}
+    if in_run:
+        parts.append("CtrlA's multi-hop chains that name no answer (\"the answer is\") took DRAGIN's forced answer in "
+                     f"the run itself ({FORCE_HOW}; called by ctrla.py's loop once the chain ends, its row's trace "
+                     "\"forced\"): " + ", ".join(f"{name} {k} of {n[name]}" for name, k in in_run.items()) + ".")
     inside = {label: (k, round(s["acc"] * s["n"])) for _, _, label, s, run_rows in rows if "acc" in s
               and (k := sum(metrics.inside_a_word(r.get("prediction"), r.get("answers")) for r in run_rows))}
     if inside:      # the official metric kept, its substring hits counted
@@ -683,6 +693,8 @@ def main(argv=None):
     if forced:      # the counts, and the answers changed (view.py shows them beside the answers as run)
         figures["forced"] = {name: [k, left] for name, (k, left, _) in forced.items()}
         figures["forced_answers"] = {name: changed for name, (_, _, changed) in forced.items() if changed}
+    if in_run:
+        figures["forced_in_run"] = in_run
     if course:
         figures["course_changes"] = course
     if pairs := paired_rows(rows):

@@ -432,6 +432,22 @@ def test_table_reads_ctrlas_multihop_chains_with_their_forced_answers(tmp_path):
     assert figures["forced_answers"] == {"ctrla": {"1": "Paris"}}
 
 
+def test_table_counts_the_answers_ctrla_forced_in_its_own_loop(tmp_path):
+    def row(qid, chain, forced, prediction):
+        return {**qa(qid, prediction, 0), "question": "Q?",
+                "trace": {"task": "hotpotqa", "answer": chain, "forced": forced}}
+    write(tmp_path / "ctrla.jsonl", [row("1", "Paris is in France.", " Paris.", "Paris"),
+                                     row("2", "So the answer is Rome.", None, "Rome"),
+                                     row("3", "Lyon is a city.", " Lyon.", "Lyon")])
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert figures["forced_in_run"] == {"ctrla": 2} and "forced" not in figures
+    assert figures["ctrla"]["em"] == pytest.approx(1 / 3)     # the rows' predictions, as the run made them
+    table = (tmp_path / "table.md").read_text()
+    assert "took DRAGIN's forced answer in the run itself" in table and "its row's trace \"forced\"): ctrla 2 of 3." in table
+    assert "computed after the run into a side file" not in table
+
+
 def test_rowen_thresholds_of_the_runs_pair_and_at_the_papers_rate(tmp_path):
     import rowen
     pair = ("qwen2.5-coder-1.5b", "smollm2-135m")
