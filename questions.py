@@ -267,12 +267,14 @@ def _from_flashrag(row, kind):
 
 def _from_ircot(row, kind):
     """IRCoT processed_data JSONL. Answers are the spans and non-empty numbers; date answers
-    (day / month / year) are not converted, since no file here uses them."""
+    (day / month / year) are not converted, since no file here uses them. The contexts begin with
+    the "pinned_contexts": IIRC's main passage, which IRCoT's IIRC file keeps there alone (its
+    process_iirc.py leaves it out of "contexts"; IRCoT adds it to every retrieval)."""
     objects = row["answers_objects"]
     answers = [s for a in objects for s in a.get("spans", [])]
     answers += [a["number"] for a in objects if a.get("number")]
     contexts = [{"title": c["title"], "text": c["paragraph_text"].strip()}
-                for c in row.get("contexts", [])]
+                for c in row.get("pinned_contexts", []) + row.get("contexts", [])]
     return [_record(kind, row["question_id"], row["question_text"], answers, contexts)]
 
 

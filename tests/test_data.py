@@ -268,6 +268,25 @@ def test_ircot_kind_from_file_or_folder_name(tmp_path):
     assert load_dataset(folder / "dev_subsampled.jsonl")[0]["dataset"] == "2wikimultihopqa"
 
 
+def test_ircot_iirc_keeps_its_pinned_main_passage(tmp_path):
+    # IRCoT's IIRC rows hold the main passage in "pinned_contexts" only, not in "contexts"
+    row = {"question_id": "q1", "question_text": "In which city was the physicist born?",
+           "answers_objects": [{"number": "", "date": {"day": "", "month": "", "year": ""}, "spans": ["Warsaw"]}],
+           "contexts": [{"idx": 0, "title": "Warsaw", "paragraph_text": "Warsaw is the capital of Poland. ",
+                         "is_supporting": True}],
+           "pinned_contexts": [{"idx": 0, "title": "Marie Curie", "paragraph_text": "Marie Curie was a physicist.",
+                                "is_supporting": True}],
+           "valid_titles": ["Warsaw"]}
+    path = tmp_path / "iirc" / "dev.jsonl"
+    path.parent.mkdir()
+    path.write_text(json.dumps(row) + "\n")
+    (record,) = load_dataset(path)
+    assert (record["dataset"], record["answers"]) == ("iirc", ["Warsaw"])
+    assert record["contexts"] == [{"title": "Marie Curie", "text": "Marie Curie was a physicist."},
+                                  {"title": "Warsaw", "text": "Warsaw is the capital of Poland."}]
+    assert [p["title"] for p in contexts_corpus([record])] == ["Marie Curie", "Warsaw"]
+
+
 def test_iirc_and_squad():
     iirc = load_dataset(FIXTURES / "iirc_dev.json")
     assert [r["id"] for r in iirc] == ["ii-001", "ii-002", "ii-004"]  # "none" answer skipped
