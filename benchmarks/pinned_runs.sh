@@ -78,12 +78,13 @@ copy_in() {   # FOLDER WORKTREE: main's runs of FOLDER into the worktree where m
     done
 }
 
-bring_back() {   # FILE DEST_DIR: FILE's whole lines into DEST_DIR, never shorter than what is there
+bring_back() {   # FILE DEST_DIR: FILE's whole lines into DEST_DIR, never shorter than what is there;
+    # status 1 where it copied nothing (DEST_DIR's file is longer)
     local src=$1 dest=$2/$(basename "$1") n old
     n=$(wc -l < "$src")
     if [ -e "$dest" ]; then
         old=$(wc -l < "$dest")
-        [ "$n" -ge "$old" ] || return 0                          # the worktree's older copy
+        [ "$n" -ge "$old" ] || return 1                          # the worktree's older copy
         if [[ "$dest" == *.jsonl ]] && ! head -n "$old" "$src" | cmp -s - "$dest"; then
             echo "error: $src does not begin with the $old rows of $dest" >&2; exit 1
         fi
@@ -100,17 +101,19 @@ collect() {   # every run file a plan wrote, from each worktree to its place in 
         for f in "$wt"/results/*-"$M"/*.jsonl; do
             [ -e "$f" ] || continue
             folder=$(basename "$(dirname "$f")"); base=$(basename "$f"); run=${base%.jsonl}; run=${run%.forced}
+            # the second pin makes 2WikiMultihopQA's runs only; its checkout's other files are the first pin's
+            [ "$wt" = "$W2" ] && [ "$folder" != "2wikimultihopqa50-$M" ] && continue
             [ -e "$wt/results/$folder/$run.settings.json" ] || continue     # a table's file, or not a run
             if [ "$wt" = "$W3" ] && redone "$folder" "$run"; then
                 # the first pin's copy from the checkout, not yet set aside by the plan: not the pin's
                 third_pin "$wt/results/$folder/$run.settings.json" "$run" || continue
                 local dest=$MAIN/results/$folder-cd147d0                         # growing beside the first pin's,
                 third_pin "$MAIN/results/$folder/$run.settings.json" "$run" && dest=$MAIN/results/$folder   # or promoted
-                bring_back "$f" "$dest"
-                cp "$wt/results/$folder/$run.settings.json" "$dest/"
+                if bring_back "$f" "$dest"; then cp "$wt/results/$folder/$run.settings.json" "$dest/"; fi
             elif ! cmp -s "$f" "$MAIN/results/$folder/$base"; then
-                bring_back "$f" "$MAIN/results/$folder"
-                cp "$wt/results/$folder/$run.settings.json" "$MAIN/results/$folder/"
+                if bring_back "$f" "$MAIN/results/$folder"; then
+                    cp "$wt/results/$folder/$run.settings.json" "$MAIN/results/$folder/"
+                fi
             fi
         done
     done
@@ -119,10 +122,14 @@ collect() {   # every run file a plan wrote, from each worktree to its place in 
 promote() {   # FOLDER RUN...: the third pin's finished RUNs of FOLDER in the first pin's place (see the top)
     local folder=$1 run f; shift
     local old=$MAIN/results/$folder new=$MAIN/results/$folder-cd147d0 hist=$MAIN/results/$folder-062262b
+    set -- $(printf '%s\n' "$@" | awk '!seen[$0]++')                 # each RUN once
     for run in "$@"; do
         redone "$folder" "$run" || { echo "error: $folder:$run is no run the third pin makes again" >&2; exit 1; }
+        [ ! -e "$hist/$run.jsonl" ] || { echo "error: $hist/$run.jsonl exists: $folder:$run was promoted" >&2; exit 1; }
         [ -e "$old/$run.jsonl" ] && [ -e "$new/$run.jsonl" ] \
             || { echo "error: $folder:$run needs both $old/$run.jsonl and $new/$run.jsonl" >&2; exit 1; }
+        third_pin "$new/$run.settings.json" "$run" \
+            || { echo "error: $new/$run.settings.json does not name the third pin's method file" >&2; exit 1; }
         "$MAIN/.venv/bin/python" - "$old/$run.jsonl" "$new/$run.jsonl" <<'PY' || exit 1
 import json, sys
 first, third = ([json.loads(line)["id"] for line in open(p, encoding="utf-8")] for p in sys.argv[1:])

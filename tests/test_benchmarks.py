@@ -402,11 +402,19 @@ def test_pinned_runs_promotes_only_finished_third_pin_runs_and_start_resumes_aft
     assert "nothing moved" in done.stderr
     assert run_ids(hot / "ctrla.jsonl") == ["q1", "q2", "q3"] and not hist.exists()
     assert (hot / "ctrla.settings.json").read_text() == "ctrla@062262b"
-    assert pinned_runs(main, "promote", f"hotpotqa50-{m}", "cot").returncode == 1     # not a run made again
+    done = pinned_runs(main, "promote", f"hotpotqa50-{m}", "cot")
+    assert done.returncode == 1 and "is no run the third pin makes again" in done.stderr
+    (new / "ctrla.settings.json").write_text("ctrla@062262b")                               # not the third pin's
+    done = pinned_runs(main, "promote", f"hotpotqa50-{m}", "ctrla")
+    assert done.returncode == 1 and "does not name the third pin's method file" in done.stderr
+    (new / "ctrla.settings.json").write_text(third)
 
     put_run(new / "ctrla-never.jsonl", ["q1", "q2", "q3"], third)
-    done = pinned_runs(main, "promote", f"hotpotqa50-{m}", "ctrla", "ctrla-never")
+    done = pinned_runs(main, "promote", f"hotpotqa50-{m}", "ctrla", "ctrla-never", "ctrla")   # a RUN named twice
     assert done.returncode == 0, done.stderr
+    assert (hist / "ctrla-never.settings.json").read_text() == "ctrla-never@062262b"
+    done = pinned_runs(main, "promote", f"hotpotqa50-{m}", "ctrla")                       # again: refused
+    assert done.returncode == 1 and "was promoted" in done.stderr
     assert sorted(p.name for p in hist.iterdir()) == sorted(f"{r}{x}" for r in ("ctrla", "ctrla-never")
                                                            for x in (".jsonl", ".settings.json", ".forced.jsonl"))
     assert (hist / "ctrla.settings.json").read_text() == "ctrla@062262b"
@@ -416,9 +424,12 @@ def test_pinned_runs_promotes_only_finished_third_pin_runs_and_start_resumes_aft
     assert json.loads((res / "provenance.json").read_text())["notes"] == {
         f"hotpotqa50-{m}-062262b/ctrla.forced.jsonl": "made at main", "other": "kept"}
 
-    wt = w3 / "results" / f"hotpotqa50-{m}"                     # a new machine: the checkout holds the first pin's
-    put_run(wt / "ctrla.jsonl", ["q1", "q2", "q3"], "ctrla@062262b")
-    put_run(wt / "ctrla.forced.jsonl", ["q1"])
+    wt = w3 / "results" / f"hotpotqa50-{m}"                     # a new machine: the checkouts hold the first pin's
+    for checkout in (wt, tmp_path / "wt-runs2" / "results" / f"hotpotqa50-{m}"):
+        put_run(checkout / "ctrla.jsonl", ["q1", "q2", "q3"], "ctrla@062262b")
+        put_run(checkout / "ctrla.forced.jsonl", ["q1"])
+    assert pinned_runs(main, "collect").returncode == 0      # the checkouts' first-pin files are left where they are
+    assert (hot / "ctrla.settings.json").read_text() == third and not (hot / "ctrla.forced.jsonl").exists()
     assert pinned_runs(main, "copy").returncode == 0
     assert (wt / "ctrla.settings.json").read_text() == third and not (wt / "ctrla.forced.jsonl").exists()
     assert run_ids(wt / "ctrla-never.jsonl") == ["q1", "q2", "q3"]
