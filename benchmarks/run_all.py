@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import re
 import signal
 import subprocess
@@ -439,7 +440,7 @@ def calibration(out: Path) -> dict | None:
     if not path.exists():
         return None
     pairs = analysis.calibration_pairs(metrics.read_rows(path))
-    return analysis.threshold_table(pairs) if pairs else None
+    return analysis.threshold_table(pairs) if any(math.isfinite(score) for score, _ in pairs) else None
 
 
 def calibration_text(t: dict) -> str:
@@ -447,8 +448,9 @@ def calibration_text(t: dict) -> str:
     gap = (f"delta = {t['gap']:g} (accuracy kept minus retrieved: {t['gap_points']:.1f} points)"
            if t["gap"] is not None else "no candidate")
     paper = f"delta = {t['paper']:g}" if t["paper"] is not None else "met at no candidate"
-    lines = [f"SeaKR's threshold from `seakr-calibrate` ({t['n']} direct answers with a finite eigen score U, "
-             f"{t['n_right']} holding a gold answer; U from {t['min']:.3f} to {t['max']:.3f}, median "
+    unscored = f" and {t['n_unscored']} with none (U = +inf: retrieved at every delta)" if t["n_unscored"] else ""
+    lines = [f"SeaKR's threshold from `seakr-calibrate` ({t['n'] - t['n_unscored']} direct answers with a finite "
+             f"eigen score U{unscored}, {t['n_right']} holding a gold answer; U from {t['min']:.3f} to {t['max']:.3f}, median "
              f"{t['median']:.3f}): our rule {gap}; the paper's 5.3 condition (kept questions under 80% wrong) "
              f"{paper}. Retrieve iff U > delta.", "",
              "| delta | retrieval rate | acc kept | acc retrieved | n kept |", "|---:|---:|---:|---:|---:|"]

@@ -130,6 +130,16 @@ def test_table_gives_seakrs_threshold_from_a_calibration_file(tmp_path):
     assert "our rule delta = 2 (accuracy kept minus retrieved: 100.0 points)" in table
     assert "the paper's 5.3 condition (kept questions under 80% wrong) delta = 8." in table
     assert "| 2 | 70.0 | 100.0 | 0.0 | 3 |" in table and "| 9 | 0.0 | 30.0 | - | 10 |" in table
+    assert "(10 direct answers with a finite eigen score U, 3 holding" in table
+    unscored = {**rows[9], "id": "u", "trace": {"direct": "", "score": None}}    # no usable sample: U = +inf
+    write(tmp_path / "seakr-calibrate.jsonl", rows + [unscored])
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    assert json.loads((tmp_path / "figures.json").read_text())["calibration"]["n_unscored"] == 1
+    assert ("(10 direct answers with a finite eigen score U and 1 with none (U = +inf: retrieved at every delta), "
+            "3 holding") in (tmp_path / "table.md").read_text()
+    write(tmp_path / "seakr-calibrate.jsonl", [unscored])                  # nothing to calibrate: no table, no crash
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    assert "calibration" not in json.loads((tmp_path / "figures.json").read_text())
 
 
 @pytest.mark.parametrize("script, must", [
@@ -430,6 +440,7 @@ def test_table_reads_ctrlas_multihop_chains_with_their_forced_answers(tmp_path):
     assert "ctrla 1 of 2, ctrla-never 0 of 2 (1 still without one); the run files keep their answers as run." in table
     assert "ctrla.forced" not in figures and "in_progress" not in figures     # the side file is no run
     assert figures["forced_answers"] == {"ctrla": {"1": "Paris"}}
+    assert "forced_in_run" not in figures             # a side file's forced answer is not counted again
 
 
 def test_table_counts_the_answers_ctrla_forced_in_its_own_loop(tmp_path):
