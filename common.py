@@ -647,14 +647,15 @@ def check_skip(args, records: list[dict]) -> None:
 
 
 def _check_writable(out: Path, run: bool = True) -> None:
-    """InputError unless `out` can be created or appended to (nothing is created here), and, a `run` file, ends
-    in .jsonl (x.json and x would share x.jsonl's settings file, x.settings.json)."""
+    """InputError unless `out` can be created or appended to, and a `run` file's ends in .jsonl (x.json and x would
+    share x.jsonl's x.settings.json), the suggestion keeping a dotted name whole; nothing is created here."""
     where = out if out.exists() else next(p for p in out.parents if p.exists())
     if out.is_dir() or not (out.exists() or where.is_dir()) or not os.access(where, os.W_OK):
         raise InputError(f"cannot write {out} ({'a directory' if out.is_dir() else 'not writable'}); "
                          "pass --output with a writable path")
     if run and out.suffix != ".jsonl":
-        raise InputError(f"--output {out}: a run file's name ends in .jsonl; pass --output {out.with_suffix('.jsonl')}")
+        raise InputError(f"--output {out}: a run file's name ends in .jsonl; pass --output "
+                         f"{out.with_suffix('.jsonl') if out.suffix == '.json' else out.with_name(out.name + '.jsonl')}")
 
 
 def load_retriever(args, records: list[dict], preset: str = "seakr"):
@@ -868,8 +869,7 @@ def answer_all(args, method: str, solve, records: list[dict], out: Path, code: s
         raise InputError(f"cannot write {out} ({e.strerror}); pass --output with a writable path") from None
     todo = [r for r in records if r["id"] not in done]
     if done:
-        print(f"resuming {out}: {len(records) - len(todo)} of {len(records)} questions already done",
-              file=sys.stderr)
+        print(f"resuming {out}: {len(records) - len(todo)} of {len(records)} questions already done", file=sys.stderr)
     cache, speed.CALL_CACHE = speed.CALL_CACHE, check_cache_dir(args.cache) if getattr(args, "cache", None) else None
     before, where = dict(speed.CACHE_STATS), machine(resolve_device(getattr(args, "device", "auto")))
     with fh:

@@ -1116,6 +1116,8 @@ def test_repair_again_redoes_stage_3_of_a_run_file(tmp_path, monkeypatch, tiny, 
         again([str(src), "--repair-prompt", "correct", "--output", str(off)], off)
     with pytest.raises(common.InputError, match="is the run being repaired"):
         again([str(src), "--repair-prompt", "official", "--output", str(src)], src)
+    with pytest.raises(common.InputError, match=r"a run file's name ends in .jsonl; pass --output .*off-0\.5\.jsonl$"):
+        again([str(src), "--repair-prompt", "official", "--output", str(tmp_path / "off-0.5")], src)
     # a failed row stays failed, with its error
     failed = tmp_path / "failed.jsonl"
     failed.write_text(json.dumps(source[0]) + "\n" + json.dumps({**source[1], "prediction": "", "trace": {},

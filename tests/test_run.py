@@ -291,6 +291,8 @@ def test_check_inputs_before_the_model(tmp_path):
                                                     f"pass --output .*run.jsonl$"):
             common.check_inputs(make_args(tmp_path, output=str(tmp_path / name)), "fake")
     assert len(common.check_inputs(make_args(tmp_path, output=str(tmp_path / "check.json")))) == 3   # no run file
+    with pytest.raises(common.InputError, match=r"pass --output .*seakr-delta-0\.56\.jsonl$"):   # a dotted name kept
+        common.check_inputs(make_args(tmp_path, output=str(tmp_path / "seakr-delta-0.56")), "fake")
     with pytest.raises(common.InputError, match="no such dataset or file"):
         common.check_inputs(make_args(tmp_path, data=None, dataset="nosuch"))
     empty = tmp_path / "empty_question.jsonl"
