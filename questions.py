@@ -273,8 +273,9 @@ def _from_ircot(row, kind):
     objects = row["answers_objects"]
     answers = [s for a in objects for s in a.get("spans", [])]
     answers += [a["number"] for a in objects if a.get("number")]
-    contexts = [{"title": c["title"], "text": c["paragraph_text"].strip()}
-                for c in row.get("pinned_contexts", []) + row.get("contexts", [])]
+    pairs = dict.fromkeys((c["title"], c["paragraph_text"].strip())
+                          for c in (row.get("pinned_contexts") or []) + (row.get("contexts") or []))
+    contexts = [{"title": t, "text": x} for t, x in pairs]
     return [_record(kind, row["question_id"], row["question_text"], answers, contexts)]
 
 

@@ -285,6 +285,10 @@ def test_ircot_iirc_keeps_its_pinned_main_passage(tmp_path):
     assert record["contexts"] == [{"title": "Marie Curie", "text": "Marie Curie was a physicist."},
                                   {"title": "Warsaw", "text": "Warsaw is the capital of Poland."}]
     assert [p["title"] for p in contexts_corpus([record])] == ["Marie Curie", "Warsaw"]
+    row = {**row, "contexts": row["pinned_contexts"] + row["contexts"]}       # pinned in both: read once
+    path.write_text(json.dumps(row) + "\n" + json.dumps({**row, "question_id": "q2", "pinned_contexts": None}) + "\n")
+    first, second = load_dataset(path)
+    assert first["contexts"] == record["contexts"] and second["contexts"] == record["contexts"]
 
 
 def test_iirc_and_squad():
