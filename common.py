@@ -631,7 +631,7 @@ def check_inputs(args, method: str | None = None, code_file: str | None = None) 
             and not Path(corpus).exists():
         raise InputError(f"--corpus {corpus}: no such file or index directory; pass demo, contexts, a corpus "
                          "file, an index directory (python retrieval.py build CORPUS DIR) or es://HOST:PORT/INDEX")
-    _check_writable(Path(args.output) if args.output else Path("outputs") / "x.jsonl", run=method is not None)
+    check_writable(Path(args.output) if args.output else Path("outputs") / "x.jsonl", run=method is not None)
     if getattr(args, "cache", None):
         check_cache_dir(args.cache)
     if method is not None:
@@ -646,7 +646,7 @@ def check_skip(args, records: list[dict]) -> None:
         raise InputError(f"--skip {skip}: {len(records)} questions are loaded; skip 0 to {len(records) - 1} of them")
 
 
-def _check_writable(out: Path, run: bool = True) -> None:
+def check_writable(out: Path, run: bool = True) -> None:
     """InputError unless `out` can be created or appended to, and a `run` file's ends in .jsonl (x.json and x would
     share x.jsonl's x.settings.json), the suggestion keeping a dotted name whole; nothing is created here."""
     where = out if out.exists() else next(p for p in out.parents if p.exists())
@@ -850,7 +850,7 @@ def answer_all(args, method: str, solve, records: list[dict], out: Path, code: s
     """run()'s loop over `records` into `out`: resume, settings (of the method file `code`), one row per
     question, summary."""
     from tqdm import tqdm
-    _check_writable(out)
+    check_writable(out)
     settings = run_settings(args, code)
     done = {}
     if out.exists() and getattr(args, "overwrite", False):

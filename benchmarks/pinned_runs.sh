@@ -19,8 +19,8 @@
 # their own (2WikiMultihopQA's) to their folder in main, third-pin files that replace a first-pin run to
 # the -cd147d0 folder; never a shorter file over a longer one, and checks that the committed rows are
 # the first rows of the file that replaces them. `make results` and the progress rows follow by hand.
-# promote: once the third pin's RUNs of FOLDER (all of them, so a table never mixes the pins within a
-# method) hold the same questions as the first pin's files, in the same order, the first pin's (with their
+# promote: once the third pin's RUNs of FOLDER (name all of a method's, so that a table never mixes the pins
+# within it) hold the same questions as the first pin's files, in the same order, the first pin's (with their
 # forced answers and provenance notes) move to FOLDER-062262b/, the history `make results` rebuilds, and
 # the third pin's from FOLDER-cd147d0/ into FOLDER/; nothing moves unless every RUN is ready. start and
 # collect know a run made at the third pin by its settings (the pinned method file's sha256), wherever it is.

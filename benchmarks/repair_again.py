@@ -106,9 +106,7 @@ def main(argv=None):
     out = Path(args.output or source.with_name(f"{source.stem}-repair-{args.repair_prompt}.jsonl"))
     if out.resolve() == source.resolve():
         raise InputError(f"--output {out} is the run being repaired; pass another --output")
-    if out.suffix != ".jsonl":      # as common.run refuses it, but before the model loads
-        raise InputError(f"--output {out}: a run file's name ends in .jsonl; pass --output "
-                         f"{out.with_suffix('.jsonl') if out.suffix == '.json' else out.with_name(out.name + '.jsonl')}")
+    common.check_writable(out)      # a writable .jsonl, as common.run checks it, but before the model loads
     redo = run_args(args, source, saved, out)
     now = common.run_settings(redo, rowen.__file__)     # the method code is rowen.py's, whose repair() runs
     for key in ("precision", "linear layers"):      # a machine that computes in others: its outputs would differ
