@@ -131,7 +131,7 @@ def main() -> None:
                "model": a.model, "questions": a.limit, "linear": linear, "dtype": dtype,
                "wall_seconds": round(prof.wall, 2), "groups_seconds": {g: round(s, 3) for g, s in groups.items()},
                "outside_operators_seconds": round(prof.wall - covered, 2),
-               "predictions": [r.get("id") for r in rows],
+               "predictions": {r["id"]: r["prediction"] for r in rows},   # as bench_limit records them
                "operators": [{"name": n, "seconds": round(s, 4), "calls": c} for n, (s, c) in ops[:a.top]]}
     line = json.dumps(figures)
     print(line)

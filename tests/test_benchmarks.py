@@ -297,6 +297,23 @@ def test_profile_method_groups_operators_and_adds_up_each_question():
     assert prof.events["aten::addmm"][1] == 2 + 7
 
 
+def test_profile_method_records_each_question_with_its_prediction(tmp_path, monkeypatch):
+    pm = load("profile_method")
+    rows = [{"id": "q1", "prediction": "Paris"}, {"id": "q2", "prediction": ""}]
+
+    def fake_run(method, argv, prof):           # the method's run, stood in for: its rows, no model
+        assert method == "seakr" and argv[:2] == ["--model", "m"]
+        return rows, [0.1, 0.2]
+    monkeypatch.setattr(pm.bench_limit, "run_method", fake_run)
+    out = tmp_path / "p.json"
+    monkeypatch.setattr("sys.argv", ["profile_method.py", "--method", "seakr", "--model", "m", "--limit", "2",
+                                     "--dtype", "float32", "--linear", "plain", "--json", str(out)])
+    pm.main()
+    figures = json.loads(out.read_text())
+    assert figures["predictions"] == {"q1": "Paris", "q2": ""}
+    assert figures["questions"] == 2 and figures["dtype"] == "float32" and figures["linear"] == "plain"
+
+
 # ---------------------------------------------------------------- pinned_runs.sh: run files between main and the worktrees
 
 PINNED_M = "qwen2.5-coder-1.5b"
