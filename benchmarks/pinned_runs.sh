@@ -19,10 +19,11 @@
 # their own (2WikiMultihopQA's) to their folder in main, third-pin files that replace a first-pin run to
 # the -cd147d0 folder; never a shorter file over a longer one, and checks that the committed rows are
 # the first rows of the file that replaces them. `make results` and the progress rows follow by hand.
-# promote: once the third pin's RUNs of FOLDER (name all of a method's, so that a table never mixes the pins
-# within it) hold the same questions as the first pin's files, in the same order, the first pin's (with their
-# forced answers and provenance notes) move to FOLDER-062262b/, the history `make results` rebuilds, and
-# the third pin's from FOLDER-cd147d0/ into FOLDER/; nothing moves unless every RUN is ready. start and
+# promote: once the third pin's RUNs of FOLDER hold the same questions as the first pin's files, in the same
+# order, the first pin's (with their forced answers and provenance notes) move to FOLDER-062262b/, the
+# history `make results` rebuilds, and the third pin's from FOLDER-cd147d0/ into FOLDER/; nothing moves
+# unless every RUN is ready, and the RUNs name every run of their methods that FOLDER holds from the first
+# pin and the third pin makes again (so that no table mixes the pins within a method). start and
 # collect know a run made at the third pin by its settings (the pinned method file's sha256), wherever it is.
 set -euo pipefail
 MAIN=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -45,9 +46,11 @@ worktree() {   # DIR COMMIT DATA_DIR
 
 rows() { if [ -e "$1" ]; then wc -l < "$1"; else echo 0; fi; }
 
+method_of() { if [[ "$1" == ctrla* ]]; then echo ctrla.py; else echo seakr.py; fi; }   # RUN: its method file
+
 third_pin() {   # SETTINGS RUN: whether the run's settings file names the third pin's method file (its sha256)
-    local method=seakr.py
-    [[ "$2" == ctrla* ]] && method=ctrla.py
+    local method
+    method=$(method_of "$2")
     [ -e "$1" ] && [ -e "$W3/$method" ] && grep -q "sha256 $(sha256sum "$W3/$method" | cut -c1-16)" "$1"
 }
 
@@ -137,6 +140,15 @@ if first != third:
     sys.exit(f"error: {sys.argv[2]} holds {len(third)} questions, {sys.argv[1]} {len(first)} (or another order): "
              "not finished; nothing moved")
 PY
+    done
+    local x other methods                # a method's runs move together, so that no table mixes the pins within it
+    methods=$(for run in "$@"; do method_of "$run"; done)
+    for x in "${REDONE[@]}"; do
+        other=${x#*:}
+        [ "${x%%:*}" = "$folder" ] && [ -e "$old/$other.jsonl" ] && [ ! -e "$hist/$other.jsonl" ] \
+            && grep -qx -- "$(method_of "$other")" <<< "$methods" || continue
+        printf '%s\n' "$@" | grep -qx -- "$other" \
+            || { echo "error: name $folder:$other too: the table would read $(method_of "$other")'s runs from both pins; nothing moved" >&2; exit 1; }
     done
     mkdir -p "$hist"
     for run in "$@"; do

@@ -427,6 +427,9 @@ def test_pinned_runs_promotes_only_finished_third_pin_runs_and_start_resumes_aft
     (new / "ctrla.settings.json").write_text(third)
 
     put_run(new / "ctrla-never.jsonl", ["q1", "q2", "q3"], third)
+    done = pinned_runs(main, "promote", f"hotpotqa50-{m}", "ctrla")       # one of CtrlA's two: the pins would mix
+    assert done.returncode == 1 and f"name hotpotqa50-{m}:ctrla-never too" in done.stderr
+    assert "nothing moved" in done.stderr and not hist.exists() and (new / "ctrla.jsonl").exists()
     done = pinned_runs(main, "promote", f"hotpotqa50-{m}", "ctrla", "ctrla-never", "ctrla")   # a RUN named twice
     assert done.returncode == 0, done.stderr
     assert (hist / "ctrla-never.settings.json").read_text() == "ctrla-never@062262b"
