@@ -506,16 +506,18 @@ def plot_metric(rows) -> tuple[str, str] | None:
     return next((m for m in PLOT_METRICS if all(m[0] in s for _, _, _, s, _ in rows)), None)
 
 
-def point_labels(sweep, others, default: str) -> list[tuple[float, float, str, bool]]:
+def point_labels(sweep, others, default: str, near=(0.0, 0.0)) -> list[tuple[float, float, str, bool]]:
     """The plot's labels of one method's points, (x, y, name) each: (x, y, text, above). The default run and
     the baselines are named above their point, the sweep's thresholds below it ("Z 0.92", "δ 0.41"); runs
-    at the same point and side share one label, their names joined by ", " (printed one over another,
-    they were unreadable)."""
+    on the same side of points at most `near` (dx, dy) apart share one label at the first one's place, their
+    names joined by ", " (printed one over another, they were unreadable: IRCoT's 38.9 and the ablation's 38.8)."""
     names = {}
     for x, y, name in sweep + others:
         short = name.replace("seakr-", "").replace("ctrla-", "").replace("rowen-", "")
         above = name == default or (x, y, name) in others
-        names.setdefault((x, y, above), []).append(
+        key = next((k for k in names if k[2] == above and abs(k[0] - x) <= near[0] and abs(k[1] - y) <= near[1]),
+                   (x, y, above))
+        names.setdefault(key, []).append(
             short if above else short.replace("delta", "δ ").replace("tau", "τ ").replace("hybrid-t", "Z "))
     return [(x, y, ", ".join(shorts), above) for (x, y, above), shorts in names.items()]
 
@@ -539,6 +541,8 @@ def plot(rows, out: Path, title: str) -> Path | None:
         print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
         return None
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    ys = [100 * s[key] for _, _, _, s, _ in rows]
+    near = (1.0, 0.03 * (max(ys) - min(ys)))      # a label's height: about 3% of the axis at this size
     starred = False
     for method, color in (("SeaKR", "tab:blue"), ("CtrlA", "tab:orange"), ("Rowen", "tab:green")):
         pts = sorted((100 * s["retrieval_rate"], 100 * s[key], name)
@@ -555,7 +559,7 @@ def plot(rows, out: Path, title: str) -> Path | None:
         if others:
             ax.plot([p[0] for p in others], [p[1] for p in others], "s", color=color, alpha=0.8, linestyle="none",
                     label=f"{method}'s baselines" if sweep else method)
-        for x, y, text, above in point_labels(sweep, others, default):
+        for x, y, text, above in point_labels(sweep, others, default, near):
             ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 4 if above else -10),
                         fontsize=7, color=color)
         for x, y, name in sweep:

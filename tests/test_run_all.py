@@ -244,6 +244,11 @@ def test_runs_at_one_point_of_the_plot_share_one_label():
     assert run_all.point_labels([(5.0, 20.0, "seakr-delta0.41"), (60.0, 30.0, "seakr")], [(5.0, 20.0, "cot")], "seakr") == [
         (5.0, 20.0, "δ 0.41", False), (60.0, 30.0, "seakr", True), (5.0, 20.0, "cot", True)]
     assert run_all.point_labels([(9.0, 1.0, "ctrla-tau2.5")], [], "ctrla") == [(9.0, 1.0, "τ 2.5", False)]
+    # points nearer than `near` share a label too (IRCoT's 38.9 and the ablation's 38.8 F1 at 100%): the first's place
+    near = [(100.0, 38.9, "ircot"), (100.0, 38.8, "seakr-no-sa-retrieval"), (100.0, 33.0, "seakr-always")]
+    assert run_all.point_labels([], near, "seakr", (1.0, 0.84)) == [
+        (100.0, 38.9, "ircot, no-sa-retrieval", True), (100.0, 33.0, "always", True)]
+    assert len(run_all.point_labels([], near, "seakr")) == 3                        # exact points only
 
 
 def test_table_reads_seakr_answers_as_the_official_code(tmp_path):
