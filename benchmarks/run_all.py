@@ -33,7 +33,8 @@ per method through its thresholds, its baselines as named squares. SeaKR's answe
 official code reads them (eval.reread_seakr: runs before the official reading read them to a sentence end); the table
 says how many changed and where the official reading would have taken another course (course_changes), and
 figures.json holds the changed answers (its "reread"), which view.py shows; every EM/F1 run is also read under
-that one rule, CtrlA's too (one_rule), and the reading across methods comes from that table. A CtrlA
+that one rule, CtrlA's too (one_rule), and the reading across methods comes from that table and its pairs
+(every_other_pair: each run against every run above it that no table pairs it with). A CtrlA
 run's multi-hop chains that name no answer take the forced answers of its side file, NAME.forced.jsonl
 (`benchmarks/force_answers.py`, for runs made before ctrla.py forced them itself; eval.with_forced): the
 table says how many, figures.json holds the counts ("forced") and the changed answers
@@ -283,6 +284,13 @@ def paired_rows(rows) -> list[tuple[str, str, dict]]:
     return out
 
 
+def pair_table(pairs) -> list[str]:
+    """(label, baseline label, eval.paired_difference) pairs as the lines of a markdown table, in points."""
+    return ["| run | against | n | metric | difference | 95% interval |", "|---|---|---:|---|---:|---:|"] + [
+        f"| {label} | {base} | {d['n']} | {d['metric']} | {100 * d['difference']:+.1f} | "
+        f"{100 * d['interval'][0]:+.1f} to {100 * d['interval'][1]:+.1f} |" for label, base, d in pairs]
+
+
 def paired_text(pairs) -> str:
     """The paired differences in markdown."""
     lines = ["Each run against its method's run that never retrieves and, if it decides when to retrieve, "
@@ -290,11 +298,19 @@ def paired_text(pairs) -> str:
              "per-question difference in F1 (StrategyQA, and CtrlA on PopQA and TriviaQA: accuracy; TruthfulQA: "
              "closer to a correct answer), "
              "in points, with a 95% percentile bootstrap interval (questions resampled, 1000 draws; "
-             "`eval.paired_difference`). An interval that holds 0 is no verdict.", "",
-             "| run | against | n | metric | difference | 95% interval |", "|---|---|---:|---|---:|---:|"]
-    lines += [f"| {label} | {base} | {d['n']} | {d['metric']} | {100 * d['difference']:+.1f} | "
-              f"{100 * d['interval'][0]:+.1f} to {100 * d['interval'][1]:+.1f} |" for label, base, d in pairs]
+             "`eval.paired_difference`). An interval that holds 0 is no verdict.", ""] + pair_table(pairs)
     return "\n".join(lines)
+
+
+def read_under_one_rule(rows) -> dict:
+    """{name: its rows with each prediction under eval.common_reading} for every EM/F1 run; empty when the
+    rule changes no prediction."""
+    read = {name: [{**r, "prediction": metrics.common_reading(r.get("prediction"))} for r in run_rows]
+            for name, _, _, s, run_rows in rows if "f1" in s and name not in SIGNAL_RUNS and name not in LEGACY}
+    if all(a.get("prediction") == b.get("prediction") for name, _, _, _, run_rows in rows if name in read
+           for a, b in zip(run_rows, read[name])):
+        return {}
+    return read
 
 
 def one_rule(rows) -> list[tuple[str, str, dict, list]]:
@@ -302,10 +318,7 @@ def one_rule(rows) -> list[tuple[str, str, dict, list]]:
     cut at its first comma or period), so that methods whose own readings differ compare on the same one:
     (name, label, summary, [(baseline label, eval.paired_difference)] for the pairs of paired_rows whose
     predictions the rule changes). Empty when no run's reading differs from it."""
-    read = {name: [{**r, "prediction": metrics.common_reading(r.get("prediction"))} for r in run_rows]
-            for name, _, _, s, run_rows in rows if "f1" in s and name not in SIGNAL_RUNS and name not in LEGACY}
-    if all(a.get("prediction") == b.get("prediction") for name, _, _, _, run_rows in rows if name in read
-           for a, b in zip(run_rows, read[name])):
+    if not (read := read_under_one_rule(rows)):
         return []
     again = [(name, method, label, metrics.summarize(read[name]), read[name])
              for name, method, label, _, _ in rows if name in read]
@@ -316,6 +329,17 @@ def one_rule(rows) -> list[tuple[str, str, dict, list]]:
             for name, _, label, s, _ in again]
 
 
+def every_other_pair(rows) -> list[tuple[str, str, dict]]:
+    """Under the one rule, every pair of EM/F1 runs that paired_rows does not hold (across methods, and a
+    method's runs beyond its baselines), each once, the run lower in the table against the one above it:
+    (label, baseline label, eval.paired_difference). Empty where one_rule is."""
+    read = read_under_one_rule(rows)
+    runs = [(label, read[name]) for name, _, label, _, _ in rows if name in read]
+    held = {frozenset((label, base)) for label, base, _ in paired_rows(rows)}
+    return [(label, base, found) for i, (label, run_rows) in enumerate(runs) for base, base_rows in runs[:i]
+            if frozenset((label, base)) not in held and (found := metrics.paired_difference(run_rows, base_rows))]
+
+
 def one_rule_text(common) -> str:
     """one_rule in markdown: the reading across methods comes from this table."""
     lines = ["Every run read under one rule, the official SeaKR reading (`eval.common_reading`: each answer cut "
@@ -323,10 +347,16 @@ def one_rule_text(common) -> str:
              "| run | EM | F1 |", "|---|---:|---:|"]
     lines += [f"| {label} | {100 * s['em']:.1f} | {100 * s['f1']:.1f} |" for _, label, s, _ in common]
     if pairs := [(label, base, d) for _, label, _, ps in common for base, d in ps]:
-        lines += ["", "The pairs whose answers this rule changes, under it:", "",
-                  "| run | against | n | metric | difference | 95% interval |", "|---|---|---:|---|---:|---:|"]
-        lines += [f"| {label} | {base} | {d['n']} | {d['metric']} | {100 * d['difference']:+.1f} | "
-                  f"{100 * d['interval'][0]:+.1f} to {100 * d['interval'][1]:+.1f} |" for label, base, d in pairs]
+        lines += ["", "The pairs whose answers this rule changes, under it:", ""] + pair_table(pairs)
+    return "\n".join(lines)
+
+
+def every_other_pair_text(pairs) -> str:
+    """every_other_pair in markdown."""
+    lines = ["Every other pair, under the one rule: each run against every run above it that the tables above "
+             "do not pair it with, across methods too (F1, `eval.paired_difference` as above). Read the other "
+             "way round, a difference and its interval change sign. Each interval holds for its pair alone: "
+             "among this many pairs, some interval will miss 0 by chance.", ""] + pair_table(pairs)
     return "\n".join(lines)
 
 
@@ -711,6 +741,9 @@ def main(argv=None):
         figures["one_rule"] = {name: {"em": c["em"], "f1": c["f1"]} for name, _, c, _ in common}
         figures["one_rule_paired"] = [{"run": label, "against": base, **d} for _, label, _, ps in common
                                       for base, d in ps]
+    if others := every_other_pair(rows):
+        parts.append(every_other_pair_text(others))
+        figures["every_other_pair"] = [{"run": label, "against": base, **d} for label, base, d in others]
     if signals:
         parts.append("Each method's own signal against wrong unaided answers (`python eval.py signals FILE`; "
                      "AUROC 0.5 = no signal):\n\n" + metrics.signals_table(signals, markdown=True))

@@ -275,6 +275,26 @@ def test_table_reads_seakr_answers_as_the_official_code(tmp_path):
     assert "| CtrlA, never retrieve | 50.0 | 50.0 |" in table
 
 
+def test_every_other_pair_is_read_under_the_one_rule(tmp_path):
+    # IRCoT against CoT is SeaKR's own pair (the first paired table); CtrlA's never run against each of them
+    # comes only here, under the one rule ("Paris, France" is "Paris"), the lower run against the upper
+    write(tmp_path / "cot.jsonl", [qa("1", "Paris", 0), qa("2", "Rome", 0), qa("3", "Lyon", 0), qa("4", "Paris", 0)])
+    write(tmp_path / "ircot.jsonl", [qa("1", "Paris", 1), qa("2", "Paris", 1), qa("3", "Paris", 1), qa("4", "Rome", 1)])
+    write(tmp_path / "ctrla-never.jsonl", [qa("1", "Paris, France", 0), qa("2", "Rome", 0), qa("3", "Rome", 0),
+                                           qa("4", "Rome", 0)])
+    run_all.main(["--out", str(tmp_path), "--table-only"])
+    pairs = {(p["run"], p["against"]): p for p in json.loads((tmp_path / "figures.json").read_text())["every_other_pair"]}
+    never, cot, ircot = "CtrlA, never retrieve", "CoT (no retrieval)", "IRCoT (retrieve every step, top hit)"
+    assert set(pairs) == {(never, cot), (never, ircot)}
+    # F1 differences [0, 0, 0, -1]: a draw's mean is 0 with probability (3/4)^4 = 0.32 and -0.75 or less with
+    # 4 (1/4)^3 (3/4) + (1/4)^4 = 0.051 (-1 alone 0.004), so the 95% interval is -0.75 to 0
+    assert pairs[never, cot]["difference"] == -0.25 and pairs[never, cot]["interval"] == [-0.75, 0.0]
+    # [0, -1, -1, 0]: all four draws -1 (or all 0) with probability 1/16 = 0.06, so the ends are -1 and 0
+    assert pairs[never, ircot]["difference"] == -0.5 and pairs[never, ircot]["interval"] == [-1.0, 0.0]
+    table = (tmp_path / "table.md").read_text()
+    assert f"| {never} | {cot} | 4 | f1 | -25.0 | -75.0 to +0.0 |" in table.split("Every other pair")[1]
+
+
 def test_one_rule_is_left_out_where_no_reading_differs(tmp_path):
     write(tmp_path / "cot.jsonl", [qa("1", "Paris", 0), qa("2", "Rome", 0)])
     write(tmp_path / "ctrla-never.jsonl", [qa("1", "Paris", 0), qa("2", "", 0)])
