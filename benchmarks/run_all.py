@@ -355,7 +355,8 @@ def every_other_pair_text(pairs) -> str:
     """every_other_pair in markdown."""
     lines = ["Every other pair, under the one rule: each run against every run above it that the tables above "
              "do not pair it with, across methods too (F1, `eval.paired_difference` as above). Read the other "
-             "way round, a difference and its interval change sign. Each interval holds for its pair alone: "
+             "way round, a difference and its interval change sign (the same draws, where both runs list the "
+             "questions in the same order, as runs of one question file do). Each interval holds for its pair alone: "
              "among this many pairs, some interval will miss 0 by chance.", ""] + pair_table(pairs)
     return "\n".join(lines)
 
