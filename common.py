@@ -48,8 +48,7 @@ from models import (EMBEDDED, LINEARS, check_model_name, cpu_name, default_model
                     machine, quantize_int8, resolve_device, resolve_dtype, resolve_linear)
 # questions.py's, which the methods read here
 from questions import DATA_DIR, DATASETS, data_json, load_dataset, read_statements, today, word_list  # noqa: F401
-# bad input: a one-line message, no traceback; defined in retrieval.py, which imports no project file;
-# and SeaKR's stop words
+# bad input (a one-line message, no traceback) and SeaKR's stop words: retrieval.py's, which imports no project file
 from retrieval import STOP_WORDS, InputError  # noqa: F401
 # speed.py's (it imports nothing from here): the decoding rules both paths follow, check_cache_dir, shared_cache
 # (a KV cache's prefix reused by CtrlA's monitor, as the fast path reuses a prompt's; off under --plain)
@@ -252,7 +251,6 @@ def encode_offsets(tok, text: str):
 
 # ----------------------------------------------------------------------------------------------
 # Generation: the reference path
-#
 # What every method call computes, written plainly: reference() below is one screen a reader can
 # check. greedy(), sample() and sample_many() give the same texts, log-probabilities and hidden
 # states (tests/test_generation.py checks it) by a faster route, speed.py's fast path; --plain
@@ -510,7 +508,6 @@ def stored_features(model, name: str, sources, compute, what: str, path=None) ->
 
 # ---------------------------------------------------------------------------------------------
 # Retrieval
-# ---------------------------------------------------------------------------------------------
 
 def open_retriever(spec, preset="seakr"):
     """The one entry point to retrieval (retrieval.py): passages, a corpus file, an index directory or
@@ -937,14 +934,18 @@ def run_shard(args, method: str, solve, records: list[dict], out: Path, code: st
     """run() under a launcher (`torchrun --nproc-per-node N seakr.py ...`): this process answers every N-th
     question from its rank into a shard file beside OUT (resumable, as any run: shard_file), waits for the
     others (torch.distributed's barrier, over gloo), and rank 0 writes OUT: OUT's rows of other questions,
-    then this run's from OUT and every shard in the questions' order, with OUT's settings and summary, and
-    removes the shards. Each question keeps its seed (question_seed) and the --corpus contexts pool is the
-    whole run's: OUT equals a one-process run's but for seconds, cpu_seconds and cpu."""
+    then this run's from OUT and every shard (an interrupted run's under another process count too) in the
+    questions' order, with OUT's settings and summary, and removes the shards. Each question keeps its seed
+    (question_seed), the --corpus contexts pool the whole run's: OUT is one process's but for times and cpu."""
     rank, world = launcher_rank()
     settings = run_settings(args, code)
     done = finished_rows(out) if out.exists() and not getattr(args, "overwrite", False) else {}
     if done:
         _resume_check(out, len(done), settings)
+    stale = [f for f in sorted(out.parent.glob(f"{out.stem}.rank*-of-*[0-9].jsonl")) if not f.stem.endswith(f"-of-{world}")]
+    for f in [] if getattr(args, "overwrite", False) else stale:    # an interrupted run's, another process count:
+        _resume_check(f, len(rows := finished_rows(f)), settings)    # its finished rows count as done
+        done.update(rows)
     mine = [r for r in records[rank::world] if r["id"] not in done]
     part = shard_file(out, rank, world)
     shard_args = argparse.Namespace(**{**vars(args), "output": str(part)})
@@ -966,8 +967,7 @@ def run_shard(args, method: str, solve, records: list[dict], out: Path, code: st
                    "corpus": getattr(args, "corpus", None), "output": str(out), **stats,
                    "failed": sum("error" in r for r in rows), "processes": world}
         out.with_suffix(".summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-        for r in range(world):
-            f = shard_file(out, r, world)
+        for f in [shard_file(out, r, world) for r in range(world)] + stale:
             for done_file in (f, f.with_suffix(".settings.json"), f.with_suffix(".summary.json")):
                 done_file.unlink(missing_ok=True)
         print(metrics.format_table([(out.stem, stats)]))

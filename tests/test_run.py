@@ -471,6 +471,27 @@ def test_torchrun_shards_a_run_into_one_output_equal_to_one_process(tmp_path):
                           timeout=120)
     assert more.returncode == 0, more.stderr[-2000:]
     assert [json.loads(line)["id"] for line in part.read_text().splitlines()] == ["nq-0", "nq-1", "nq-2"]
+    # an interrupted 3-process run left its rank 1's shard (question nq-1, its row marked here): a 2-process
+    # run takes that row as done, answers the other two, and removes the old shard with the new ones
+    first = [json.loads(line) for line in alone.read_text().splitlines()]
+    launch = lambda out: subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                                         "--standalone", str(script), *base, "--output", str(out)],
+                                        capture_output=True, text=True, timeout=120)
+    for name, settings in (("resumed", json.loads(alone.with_suffix(".settings.json").read_text())),
+                           ("refused", {**json.loads(alone.with_suffix(".settings.json").read_text()), "--seed": 99})):
+        old = tmp_path / f"{name}.rank1-of-3.jsonl"
+        old.write_text(json.dumps({**first[1], "seconds": 12345.0}) + "\n")
+        old.with_suffix(".settings.json").write_text(json.dumps(settings))
+    go = launch(tmp_path / "resumed.jsonl")
+    assert go.returncode == 0, go.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "resumed.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["nq-0", "nq-1", "nq-2"] and rows[1]["seconds"] == 12345.0
+    assert strip(rows) == strip(first)
+    assert sorted(p.name for p in tmp_path.iterdir() if "resumed.rank" in p.name) == []
+    # the old shard's settings are checked as any resumed file's: another run's is refused in one line
+    no = launch(tmp_path / "refused.jsonl")
+    assert no.returncode != 0 and "refused.rank1-of-3.jsonl was made with --seed = 99" in no.stderr
+    assert (tmp_path / "refused.rank1-of-3.jsonl").exists()          # nothing of it lost
 
 
 @pytest.mark.slow
