@@ -329,13 +329,13 @@ def one_rule(rows) -> list[tuple[str, str, dict, list]]:
             for name, _, label, s, _ in again]
 
 
-def every_other_pair(rows) -> list[tuple[str, str, dict]]:
-    """Under the one rule, every pair of EM/F1 runs that paired_rows does not hold (across methods, and a
-    method's runs beyond its baselines), each once, the run lower in the table against the one above it:
+def every_other_pair(rows, pairs) -> list[tuple[str, str, dict]]:
+    """Under the one rule, every pair of EM/F1 runs that `pairs` (paired_rows') does not hold (across methods,
+    and a method's runs beyond its baselines), each once, the run lower in the table against the one above it:
     (label, baseline label, eval.paired_difference). Empty where one_rule is."""
     read = read_under_one_rule(rows)
     runs = [(label, read[name]) for name, _, label, _, _ in rows if name in read]
-    held = {frozenset((label, base)) for label, base, _ in paired_rows(rows)}
+    held = {frozenset((label, base)) for label, base, _ in pairs}
     return [(label, base, found) for i, (label, run_rows) in enumerate(runs) for base, base_rows in runs[:i]
             if frozenset((label, base)) not in held and (found := metrics.paired_difference(run_rows, base_rows))]
 
@@ -734,7 +734,7 @@ def main(argv=None):
         figures["forced_in_run"] = in_run
     if course:
         figures["course_changes"] = course
-    if pairs := paired_rows(rows):
+    if pairs := paired_rows(rows):      # every_other_pair below leaves these out
         parts.append(paired_text(pairs))
         figures["paired"] = [{"run": label, "against": base, **d} for label, base, d in pairs]
     if common := one_rule(rows):
@@ -742,7 +742,7 @@ def main(argv=None):
         figures["one_rule"] = {name: {"em": c["em"], "f1": c["f1"]} for name, _, c, _ in common}
         figures["one_rule_paired"] = [{"run": label, "against": base, **d} for _, label, _, ps in common
                                       for base, d in ps]
-    if others := every_other_pair(rows):
+    if others := every_other_pair(rows, pairs):
         parts.append(every_other_pair_text(others))
         figures["every_other_pair"] = [{"run": label, "against": base, **d} for label, base, d in others]
     if signals:
