@@ -781,9 +781,11 @@ def evenly_spaced(n: int, count: int) -> torch.Tensor:
 
 
 def _tokenizer_fingerprint(tok) -> str:
-    """sha256 of the whole tokenizer (vocabulary, merges, normalizer, decoder, special tokens)."""
+    """sha256 of the whole tokenizer (vocabulary, merges, normalizer, decoder, special tokens) and of the
+    decode flag kept outside its backend (clean_up_tokenization_spaces: the text of the same tokens)."""
     data = tok.backend_tokenizer.to_str() if hasattr(tok, "backend_tokenizer") else \
         json.dumps(sorted(tok.get_vocab().items())) + repr(tok)
+    data += f"\nclean_up_tokenization_spaces={getattr(tok, 'clean_up_tokenization_spaces', None)}"
     return hashlib.sha256(data.encode()).hexdigest()
 
 

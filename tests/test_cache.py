@@ -99,6 +99,7 @@ def test_every_input_is_in_the_key(tiny, cache, monkeypatch):
         "oneDNN": key(m=onednn), "its weights on oneDNN": key(m=onednn_other),
         "precision": key(m=copy.deepcopy(model).to(torch.bfloat16)),
         "tokenizer": key(t=_other_tokenizer()), "eos ids": key(m=more_eos),
+        "decode spaces": key(t=_spaces_cleaned(tok)),      # same backend: decode's text differs
     }
     speed.PLAIN = True
     try:
@@ -365,3 +366,12 @@ def test_run_all_passes_one_cache_to_every_run(tmp_path):
         cmd = run_all.command(name, a)
         assert cmd[cmd.index("--cache") + 1] == str(tmp_path / "calls")
     assert "--cache" not in run_all.command("seakr", argparse.Namespace(**{**vars(a), "cache": None}))  # --no-cache
+
+
+def _spaces_cleaned(tok):
+    """tok with clean_up_tokenization_spaces flipped: " ," decodes to "," (a flag kept outside the backend)."""
+    other = copy.deepcopy(tok)
+    other.clean_up_tokenization_spaces = not tok.clean_up_tokenization_spaces
+    assert other.backend_tokenizer.to_str() == tok.backend_tokenizer.to_str()
+    return other
+
