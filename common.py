@@ -926,7 +926,7 @@ def view_hint(out: Path) -> str:
     return f"each question's decisions, in a page that opens offline: python view.py {out} -o {out.with_suffix('.html')} --open"
 
 
-def shard_file(out: Path, rank: int, world: int) -> Path:
+def shard_file(out: Path, rank: int | str, world: int | str) -> Path:    # str: a glob of them
     return out.with_name(f"{out.stem}.rank{rank}-of-{world}.jsonl")
 
 
@@ -942,7 +942,7 @@ def run_shard(args, method: str, solve, records: list[dict], out: Path, code: st
     done = finished_rows(out) if out.exists() and not getattr(args, "overwrite", False) else {}
     if done:
         _resume_check(out, len(done), settings)
-    stale = [f for f in sorted(out.parent.glob(f"{out.stem}.rank*-of-*[0-9].jsonl")) if not f.stem.endswith(f"-of-{world}")]
+    stale = [f for f in sorted(out.parent.glob(shard_file(out, "*", "*[0-9]").name)) if not f.stem.endswith(f"-of-{world}")]
     for f in [] if getattr(args, "overwrite", False) else stale:    # an interrupted run's, another process count:
         _resume_check(f, len(rows := finished_rows(f)), settings)    # its finished rows count as done
         done.update(rows)

@@ -374,4 +374,3 @@ def _spaces_cleaned(tok):
     other.clean_up_tokenization_spaces = not tok.clean_up_tokenization_spaces
     assert other.backend_tokenizer.to_str() == tok.backend_tokenizer.to_str()
     return other
-
